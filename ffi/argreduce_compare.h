@@ -1,0 +1,108 @@
+// The (key, index) total order behind every argmax/argmin path of jax_argreduce: the CPU
+// handler, the CUDA kernels and (re-stated in jnp) the XLA fallback in jax_argreduce/_xla.py.
+//
+// A float is never compared as a float. Its bits are mapped to a signed integer "key" whose
+// integer order is the order argmax wants (SPEC §1):
+//   * finite values and ±inf keep their numeric order, subnormals included (pure integer
+//     arithmetic: nothing can flush them to zero);
+//   * -0.0 and +0.0 get the same key (0), so they tie;
+//   * every NaN, whatever its sign or payload, gets the largest key, for argmax and argmin
+//     alike (argmin negates the key of non-NaN values instead of reversing the comparison);
+//   * no value maps to kLowestKey, so the reduction identity can never win against data.
+// Pairs are then ordered by (key descending, index ascending): ties and NaNs resolve to the
+// lowest index whatever order partial results are combined in.
+#ifndef JAX_ARGREDUCE_FFI_ARGREDUCE_COMPARE_H_
+#define JAX_ARGREDUCE_FFI_ARGREDUCE_COMPARE_H_
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define JAX_ARGREDUCE_HD __host__ __device__ __forceinline__
+#else
+#define JAX_ARGREDUCE_HD inline
+#endif
+
+namespace jax_argreduce {
+
+// Floating formats the kernels take. They only ever see the bits.
+enum class Format : int { kF16 = 0, kBF16 = 1, kF32 = 2, kF64 = 3 };
+
+template <Format F>
+struct FormatTraits;
+
+template <>
+struct FormatTraits<Format::kF16> {
+  using Bits = uint16_t;
+  using Key = int32_t;
+  static constexpr Bits kInfBits = 0x7C00;  // exponent all ones, mantissa 0
+};
+template <>
+struct FormatTraits<Format::kBF16> {
+  using Bits = uint16_t;
+  using Key = int32_t;
+  static constexpr Bits kInfBits = 0x7F80;
+};
+template <>
+struct FormatTraits<Format::kF32> {
+  using Bits = uint32_t;
+  using Key = int32_t;
+  static constexpr Bits kInfBits = 0x7F800000u;
+};
+template <>
+struct FormatTraits<Format::kF64> {
+  using Bits = uint64_t;
+  using Key = int64_t;
+  static constexpr Bits kInfBits = 0x7FF0000000000000ull;
+};
+
+template <class Key>
+struct KeyLimits;
+template <>
+struct KeyLimits<int32_t> {
+  static constexpr int32_t kNaN = 0x7FFFFFFF;                   // every NaN
+  static constexpr int32_t kLowest = -0x7FFFFFFF - 1;           // identity, never produced
+};
+template <>
+struct KeyLimits<int64_t> {
+  static constexpr int64_t kNaN = 0x7FFFFFFFFFFFFFFFll;
+  static constexpr int64_t kLowest = -0x7FFFFFFFFFFFFFFFll - 1;
+};
+
+// Key of one element. kIsMin selects argmin: the order of non-NaN keys is reversed, NaN stays
+// on top. |key| <= kInfBits < kNaN for every non-NaN, so the negation cannot overflow.
+template <Format F, bool kIsMin>
+JAX_ARGREDUCE_HD typename FormatTraits<F>::Key OrderedKey(typename FormatTraits<F>::Bits bits) {
+  using Traits = FormatTraits<F>;
+  using Bits = typename Traits::Bits;
+  using Key = typename Traits::Key;
+  constexpr int kSignShift = 8 * sizeof(Bits) - 1;
+  constexpr Bits kMagnitudeMask = static_cast<Bits>(~(Bits{1} << kSignShift));
+  const Key magnitude = static_cast<Key>(bits & kMagnitudeMask);
+  if (magnitude > static_cast<Key>(Traits::kInfBits)) return KeyLimits<Key>::kNaN;
+  const bool negative = (bits >> kSignShift) != 0;
+  return (negative != kIsMin) ? -magnitude : magnitude;  // -0 and +0 both give 0
+}
+
+// True when (key_a, index_a) wins over (key_b, index_b): larger key, then lower index.
+template <class Key>
+JAX_ARGREDUCE_HD bool Better(Key key_a, int32_t index_a, Key key_b, int32_t index_b) {
+  return key_a > key_b || (key_a == key_b && index_a < index_b);
+}
+
+// A partial result. Indices are column positions in a row of at most INT32_MAX columns.
+template <class Key>
+struct ArgPair {
+  Key key;
+  int32_t index;
+
+  static JAX_ARGREDUCE_HD ArgPair Identity() { return {KeyLimits<Key>::kLowest, 0x7FFFFFFF}; }
+};
+
+template <class Key>
+JAX_ARGREDUCE_HD ArgPair<Key> Combine(ArgPair<Key> a, ArgPair<Key> b) {
+  return Better(b.key, b.index, a.key, a.index) ? b : a;
+}
+
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_ARGREDUCE_COMPARE_H_

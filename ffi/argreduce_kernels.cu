@@ -1,0 +1,432 @@
+// CUDA argmax/argmin over the last axis of a row-major [rows, cols] array.
+//
+// Device code is a small algebra over ArgPair (argreduce_compare.h): thread -> team of lanes
+// (warp shuffles) -> block (shared memory) -> grid (workspace + done counter). Because the
+// combine step is a total order on (key, index), every reduction order gives the same answer:
+// the result is exactly numpy's, whatever the launch geometry.
+//
+// Two kernels:
+//   TeamKernel<kTeam>: kTeam lanes (1..32) share a row; for narrow and medium rows, many rows.
+//   BlockKernel: one block per row (blocks loop over rows) or several blocks per row. With
+//     several, each block writes its partial to the workspace, __threadfence()s, and bumps the
+//     row's done counter; the block that sees the count reach blocks_per_row - 1 is the last,
+//     and it alone reduces the row's partials and writes the index. The handler zeroes the
+//     counters on the stream before the launch (the workspace is XLA's, its contents arbitrary).
+//
+// Overflow: a row has at most INT32_MAX columns. Positions inside a row are 32-bit and the
+// scan is written with differences (`remaining = n - v`, offsets formed only once checked to
+// be smaller than `remaining`), so no 32-bit sum can pass INT32_MAX. Row offsets are 64-bit.
+#include "argreduce_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace jax_argreduce {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kWarpsPerBlock = kBlockThreads / kWarpSize;
+// 16-byte loads in flight per thread in the scan loop.
+constexpr int kUnroll = 4;
+// At least this many elements per thread before more threads are given to a row.
+constexpr int kMinElementsPerThread = 4;
+// Rows that could use at least this many threads go to the block path.
+constexpr int kBlockPathMinThreads = 256;
+
+using Vec = uint4;  // one 16-byte load
+
+template <Format F>
+using BitsOf = typename FormatTraits<F>::Bits;
+template <Format F>
+using KeyOf = typename FormatTraits<F>::Key;
+
+// Element j of a 16-byte vector (j is a compile-time constant after unrolling).
+template <class Bits>
+__device__ __forceinline__ Bits Element(const Vec& v, int j) {
+  return reinterpret_cast<const Bits*>(&v)[j];
+}
+
+template <class Key>
+__device__ __forceinline__ Key ShuffleXor(Key v, int lane_mask, int width) {
+  if constexpr (sizeof(Key) == 8) {
+    return static_cast<Key>(
+        __shfl_xor_sync(0xffffffffu, static_cast<long long>(v), lane_mask, width));
+  } else {
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
+  }
+}
+
+// Merge within aligned groups of kWidth lanes (all 32 lanes of the warp must call this).
+// Every lane of a group ends with the group's best pair.
+template <int kWidth, class Key>
+__device__ __forceinline__ ArgPair<Key> WarpReduce(ArgPair<Key> p) {
+#pragma unroll
+  for (int offset = kWidth / 2; offset > 0; offset /= 2) {
+    ArgPair<Key> other{ShuffleXor(p.key, offset, kWidth),
+                       __shfl_xor_sync(0xffffffffu, p.index, offset, kWidth)};
+    p = Combine(p, other);
+  }
+  return p;
+}
+
+// Merge over the block; the result is valid in thread 0. Ends with a barrier, so the shared
+// scratch can be reused by the next call.
+template <class Key>
+__device__ __forceinline__ ArgPair<Key> BlockReduce(ArgPair<Key> p) {
+  __shared__ ArgPair<Key> warp_best[kWarpsPerBlock];
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  p = WarpReduce<kWarpSize>(p);
+  if (lane == 0) warp_best[warp] = p;
+  __syncthreads();
+  if (warp == 0) {
+    p = lane < kWarpsPerBlock ? warp_best[lane] : ArgPair<Key>::Identity();
+    p = WarpReduce<kWarpSize>(p);
+  }
+  __syncthreads();
+  return p;
+}
+
+// This thread's best pair over its share of one row. The row is split into a scalar head (up
+// to the first 16-byte boundary), a body of 16-byte vectors, and a scalar tail. Thread `tid`
+// of `nthreads` takes vectors tid, tid + nthreads, ... Each thread visits its elements in
+// increasing column order, so the strict '>' keeps the lowest index among equal keys.
+template <Format F, bool kIsMin>
+__device__ __forceinline__ ArgPair<KeyOf<F>> ScanRow(const BitsOf<F>* __restrict__ row,
+                                                     int32_t cols, int32_t tid,
+                                                     int32_t nthreads) {
+  using Bits = BitsOf<F>;
+  using Key = KeyOf<F>;
+  constexpr int kVec = sizeof(Vec) / sizeof(Bits);
+  Key best = KeyLimits<Key>::kLowest;
+  int32_t best_index = 0x7FFFFFFF;
+  auto visit = [&](Bits bits, int32_t index) {
+    const Key key = OrderedKey<F, kIsMin>(bits);
+    if (key > best) {
+      best = key;
+      best_index = index;
+    }
+  };
+
+  const int32_t misalign =
+      static_cast<int32_t>((reinterpret_cast<uintptr_t>(row) % sizeof(Vec)) / sizeof(Bits));
+  const int32_t head = min(cols, misalign == 0 ? 0 : kVec - misalign);
+  const int32_t num_vecs = (cols - head) / kVec;
+  const int32_t tail_start = head + num_vecs * kVec;  // <= cols
+
+  for (int32_t c = tid; c < head; c += nthreads) visit(row[c], c);
+
+  const Vec* __restrict__ vecs = reinterpret_cast<const Vec*>(row + head);
+  for (int32_t v = tid; v < num_vecs;) {
+    const int32_t remaining = num_vecs - v;  // >= 1
+    Vec buf[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (u * nthreads < remaining) buf[u] = __ldg(vecs + v + u * nthreads);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (u * nthreads < remaining) {
+        const int32_t first = head + (v + u * nthreads) * kVec;  // < tail_start
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) visit(Element<Bits>(buf[u], j), first + j);
+      }
+    }
+    if (remaining <= kUnroll * nthreads) break;
+    v += kUnroll * nthreads;  // < num_vecs
+  }
+
+  for (int32_t c = tid; c < cols - tail_start; c += nthreads) {
+    visit(row[tail_start + c], tail_start + c);
+  }
+  return {best, best_index};
+}
+
+__device__ __forceinline__ void StoreIndex(void* indices, bool is_int64, int64_t row,
+                                           int32_t index) {
+  if (is_int64) {
+    static_cast<int64_t*>(indices)[row] = index;
+  } else {
+    static_cast<int32_t*>(indices)[row] = index;
+  }
+}
+
+template <Format F, bool kIsMin, int kTeam>
+__global__ void __launch_bounds__(kBlockThreads)
+    TeamKernel(const BitsOf<F>* __restrict__ x, int64_t rows, int32_t cols, void* indices,
+               bool index_is_int64) {
+  constexpr int kTeamsPerWarp = kWarpSize / kTeam;
+  const int lane = threadIdx.x % kWarpSize;
+  const int team_lane = lane % kTeam;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x) / kWarpSize;
+  const int64_t rows_per_pass = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock * kTeamsPerWarp;
+  // The loop bound is uniform across the warp, so every lane reaches the shuffles.
+  for (int64_t first = warp * kTeamsPerWarp; first < rows; first += rows_per_pass) {
+    const int64_t row = first + lane / kTeam;
+    ArgPair<KeyOf<F>> p = ArgPair<KeyOf<F>>::Identity();
+    if (row < rows) p = ScanRow<F, kIsMin>(x + row * cols, cols, team_lane, kTeam);
+    p = WarpReduce<kTeam>(p);
+    if (team_lane == 0 && row < rows) StoreIndex(indices, index_is_int64, row, p.index);
+  }
+}
+
+template <Format F, bool kIsMin>
+__global__ void __launch_bounds__(kBlockThreads)
+    BlockKernel(const BitsOf<F>* __restrict__ x, int64_t rows, int32_t cols,
+                int32_t blocks_per_row, void* indices, bool index_is_int64,
+                ArgPair<KeyOf<F>>* __restrict__ partials, uint32_t* __restrict__ done) {
+  using Pair = ArgPair<KeyOf<F>>;
+  __shared__ bool is_last;
+  const int32_t part = blockIdx.x % blocks_per_row;
+  const int64_t slot = blockIdx.x / blocks_per_row;
+  const int64_t slots = gridDim.x / blocks_per_row;
+  // With several blocks per row the planner launches one slot per row (slots == rows), so a
+  // row's partials and counter are never reused within the launch.
+  for (int64_t row = slot; row < rows; row += slots) {
+    Pair p = ScanRow<F, kIsMin>(x + row * cols, cols, part * kBlockThreads + threadIdx.x,
+                                blocks_per_row * kBlockThreads);
+    p = BlockReduce(p);
+    if (blocks_per_row == 1) {
+      if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, p.index);
+      continue;
+    }
+    if (threadIdx.x == 0) {
+      partials[row * blocks_per_row + part] = p;
+      // Release: the partial is visible device-wide before the counter can count it.
+      __threadfence();
+      is_last = atomicAdd(&done[row], 1u) == static_cast<uint32_t>(blocks_per_row - 1);
+      // Acquire: what the other blocks wrote before their increments is visible to this
+      // block's threads after the barrier below.
+      if (is_last) __threadfence();
+    }
+    __syncthreads();
+    if (is_last) {
+      Pair q = Pair::Identity();
+      for (int32_t i = threadIdx.x; i < blocks_per_row; i += kBlockThreads) {
+        const Pair* src = partials + row * blocks_per_row + i;
+        // L2 loads: the partials were written by other SMs.
+        q = Combine(q, Pair{__ldcg(&src->key), __ldcg(&src->index)});
+      }
+      q = BlockReduce(q);
+      if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, q.index);
+    }
+  }
+}
+
+struct DeviceInfo {
+  int sms = 0;
+  int max_threads_per_sm = 0;
+};
+
+// Read once per device: the launch path runs on every call.
+cudaError_t GetDeviceInfo(int device, DeviceInfo* info) {
+  static std::mutex mu;
+  static std::vector<DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (device >= static_cast<int>(cache.size())) cache.resize(device + 1);
+  if (cache[device].sms == 0) {
+    DeviceInfo d;
+    cudaError_t err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&d.max_threads_per_sm,
+                                 cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    if (err != cudaSuccess) return err;
+    cache[device] = d;
+  }
+  *info = cache[device];
+  return cudaSuccess;
+}
+
+// Resident blocks per SM of `kernel` (register-limited), read once per device and kernel.
+cudaError_t GetBlocksPerSm(int device, const void* kernel, int* blocks) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({device, kernel});
+  if (it == cache.end()) {
+    int n = 0;
+    cudaError_t err =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kBlockThreads, 0);
+    if (err != cudaSuccess) return err;
+    it = cache.emplace(std::make_pair(device, kernel), std::max(1, n)).first;
+  }
+  *blocks = it->second;
+  return cudaSuccess;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <class Key>
+size_t WorkspaceLayout(int64_t capacity_blocks, size_t* counters_offset) {
+  // [partials: one ArgPair per block][done counters: one per row, rows <= blocks]
+  *counters_offset = static_cast<size_t>(capacity_blocks) * sizeof(ArgPair<Key>);
+  return *counters_offset + static_cast<size_t>(capacity_blocks) * sizeof(uint32_t);
+}
+
+LaunchPlan MakePlan(int sms, int blocks_per_sm, Format format, int64_t rows, int64_t cols) {
+  const int elem_bytes = format == Format::kF64 ? 8 : format == Format::kF32 ? 4 : 2;
+  LaunchPlan plan;
+  plan.vector_elements = static_cast<int>(sizeof(Vec)) / elem_bytes;
+  // One wave: the blocks the device holds at once.
+  const int64_t capacity_blocks = static_cast<int64_t>(sms) * blocks_per_sm;
+  const int64_t capacity_threads = capacity_blocks * kBlockThreads;
+  const int64_t per_thread = std::max(kMinElementsPerThread, plan.vector_elements);
+  const int64_t useful = CeilDiv(cols, per_thread);                 // threads a row can feed
+  const int64_t fair = std::max<int64_t>(1, capacity_threads / std::max<int64_t>(rows, 1));
+  const int64_t threads_per_row = std::min(useful, fair);
+  if (threads_per_row >= kBlockPathMinThreads) {
+    plan.team = 0;
+    plan.blocks_per_row = static_cast<int>(std::max<int64_t>(
+        1, std::min(CeilDiv(threads_per_row, kBlockThreads), capacity_blocks / rows)));
+    if (plan.blocks_per_row > 1) {
+      plan.grid = rows * plan.blocks_per_row;  // <= capacity_blocks
+      size_t counters_offset = 0;
+      plan.workspace_bytes = format == Format::kF64
+                                 ? WorkspaceLayout<int64_t>(plan.grid, &counters_offset)
+                                 : WorkspaceLayout<int32_t>(plan.grid, &counters_offset);
+    } else {
+      plan.grid = std::min(rows, capacity_blocks);
+    }
+  } else {
+    int team = 1;
+    while (team * 2 <= std::min<int64_t>(threads_per_row, kWarpSize)) team *= 2;
+    plan.team = team;
+    plan.grid = std::max<int64_t>(
+        1, std::min(CeilDiv(rows * team, kBlockThreads), capacity_blocks));
+  }
+  return plan;
+}
+
+template <Format F, bool kIsMin>
+cudaError_t LaunchTyped(const LaunchPlan& plan, cudaStream_t stream, const void* x_raw,
+                        int64_t rows, int32_t cols, void* indices, bool index_is_int64,
+                        void* workspace) {
+  const auto* x = static_cast<const BitsOf<F>*>(x_raw);
+  const dim3 grid(static_cast<unsigned>(plan.grid));
+  const dim3 block(kBlockThreads);
+  switch (plan.team) {
+    case 0: {
+      using Pair = ArgPair<KeyOf<F>>;
+      Pair* partials = nullptr;
+      uint32_t* done = nullptr;
+      if (plan.blocks_per_row > 1) {
+        size_t counters_offset = 0;
+        WorkspaceLayout<KeyOf<F>>(plan.grid, &counters_offset);
+        partials = static_cast<Pair*>(workspace);
+        done = reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + counters_offset);
+        cudaError_t err = cudaMemsetAsync(done, 0, rows * sizeof(uint32_t), stream);
+        if (err != cudaSuccess) return err;
+      }
+      BlockKernel<F, kIsMin><<<grid, block, 0, stream>>>(x, rows, cols, plan.blocks_per_row,
+                                                         indices, index_is_int64, partials,
+                                                         done);
+      break;
+    }
+#define JAX_ARGREDUCE_TEAM_CASE(T)                                                         \
+  case T:                                                                                  \
+    TeamKernel<F, kIsMin, T><<<grid, block, 0, stream>>>(x, rows, cols, indices,           \
+                                                         index_is_int64);                  \
+    break;
+      JAX_ARGREDUCE_TEAM_CASE(1)
+      JAX_ARGREDUCE_TEAM_CASE(2)
+      JAX_ARGREDUCE_TEAM_CASE(4)
+      JAX_ARGREDUCE_TEAM_CASE(8)
+      JAX_ARGREDUCE_TEAM_CASE(16)
+      JAX_ARGREDUCE_TEAM_CASE(32)
+#undef JAX_ARGREDUCE_TEAM_CASE
+    default:
+      return cudaErrorInvalidConfiguration;
+  }
+  return cudaGetLastError();
+}
+
+template <Format F>
+cudaError_t LaunchFormat(const LaunchPlan& plan, cudaStream_t stream, bool is_min,
+                         const void* x, int64_t rows, int32_t cols, void* indices,
+                         bool index_is_int64, void* workspace) {
+  return is_min ? LaunchTyped<F, true>(plan, stream, x, rows, cols, indices, index_is_int64,
+                                       workspace)
+                : LaunchTyped<F, false>(plan, stream, x, rows, cols, indices, index_is_int64,
+                                        workspace);
+}
+
+}  // namespace
+
+cudaError_t PlanArgReduce(Format format, int64_t rows, int64_t cols, LaunchPlan* plan) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  DeviceInfo info;
+  err = GetDeviceInfo(device, &info);
+  if (err != cudaSuccess) return err;
+  // Every kernel shares ScanRow and has about the same register count: the block kernel's
+  // occupancy stands for all of them.
+  const void* kernel = nullptr;
+  switch (format) {
+    case Format::kF16: kernel = reinterpret_cast<const void*>(&BlockKernel<Format::kF16, false>); break;
+    case Format::kBF16: kernel = reinterpret_cast<const void*>(&BlockKernel<Format::kBF16, false>); break;
+    case Format::kF32: kernel = reinterpret_cast<const void*>(&BlockKernel<Format::kF32, false>); break;
+    case Format::kF64: kernel = reinterpret_cast<const void*>(&BlockKernel<Format::kF64, false>); break;
+  }
+  int blocks_per_sm = 1;
+  err = GetBlocksPerSm(device, kernel, &blocks_per_sm);
+  if (err != cudaSuccess) return err;
+  *plan = MakePlan(info.sms, blocks_per_sm, format, rows, cols);
+  return cudaSuccess;
+}
+
+cudaError_t ArgReduceWorkspaceBytes(size_t* bytes) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) return err;
+  int64_t capacity_blocks = 1;
+  for (int device = 0; device < count; ++device) {
+    DeviceInfo info;
+    err = GetDeviceInfo(device, &info);
+    if (err != cudaSuccess) return err;
+    capacity_blocks = std::max<int64_t>(
+        capacity_blocks,
+        static_cast<int64_t>(info.sms) * std::max(1, info.max_threads_per_sm / kBlockThreads));
+  }
+  size_t counters_offset = 0;
+  // The widest pair (int64 keys) bounds every format; +16 for aligning by hand.
+  *bytes = WorkspaceLayout<int64_t>(capacity_blocks, &counters_offset) + 16;
+  return cudaSuccess;
+}
+
+cudaError_t LaunchArgReduce(cudaStream_t stream, Format format, bool is_min, const void* x,
+                            int64_t rows, int64_t cols, void* indices, bool index_is_int64,
+                            void* workspace, size_t workspace_bytes) {
+  if (rows == 0) return cudaSuccess;
+  if (cols < 1 || cols > INT32_MAX) return cudaErrorInvalidValue;
+  LaunchPlan plan;
+  cudaError_t err = PlanArgReduce(format, rows, cols, &plan);
+  if (err != cudaSuccess) return err;
+  // XLA buffers are aligned; align by hand anyway rather than trust it.
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(workspace);
+  const uintptr_t aligned = (raw + 15) & ~uintptr_t{15};
+  if (plan.workspace_bytes + (aligned - raw) > workspace_bytes) return cudaErrorInvalidValue;
+  void* ws = reinterpret_cast<void*>(aligned);
+  const int32_t cols32 = static_cast<int32_t>(cols);
+  switch (format) {
+    case Format::kF16:
+      return LaunchFormat<Format::kF16>(plan, stream, is_min, x, rows, cols32, indices,
+                                        index_is_int64, ws);
+    case Format::kBF16:
+      return LaunchFormat<Format::kBF16>(plan, stream, is_min, x, rows, cols32, indices,
+                                         index_is_int64, ws);
+    case Format::kF32:
+      return LaunchFormat<Format::kF32>(plan, stream, is_min, x, rows, cols32, indices,
+                                        index_is_int64, ws);
+    case Format::kF64:
+      return LaunchFormat<Format::kF64>(plan, stream, is_min, x, rows, cols32, indices,
+                                        index_is_int64, ws);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace jax_argreduce

@@ -1,0 +1,44 @@
+"""Loads the compiled module once and registers its FFI targets with XLA.
+
+Every target the module exports (``registrations()``: name -> (platform, capsule)) is
+registered in one loop at import. The CUDA target exists only when the package was built with
+a CUDA compiler; ``HAS_CUDA`` says which.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+from jax_argreduce import _argreduce
+
+HAS_CUDA: bool = bool(_argreduce.has_cuda)
+
+CPU_TARGET = "jax_argreduce_cpu"
+CUDA_TARGET = "jax_argreduce_cuda"
+
+
+def _register_all() -> None:
+  for name, (platform, capsule) in _argreduce.registrations().items():
+    try:
+      jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
+    except Exception as e:  # pragma: no cover - depends on the installed jaxlib
+      raise RuntimeError(
+          f"jax_argreduce: XLA refused FFI target {name!r} for {platform} ({e}). The extension "
+          "must be built against the jaxlib that runs it: reinstall with "
+          "`pip install --no-build-isolation .`") from e
+
+
+_register_all()
+
+
+@functools.cache
+def cuda_workspace_bytes() -> int:
+  """Bytes of XLA workspace the CUDA handler needs (any shape, any visible GPU)."""
+  return int(_argreduce.cuda_workspace_bytes())
+
+
+def cuda_launch_plan(rows: int, cols: int, dtype: str) -> dict:
+  """Launch geometry the CUDA handler uses for a [rows, cols] input (for benchmarks)."""
+  return dict(_argreduce.cuda_launch_plan(int(rows), int(cols), str(dtype)))

@@ -1,0 +1,103 @@
+"""The ``argreduce`` primitive: argmax/argmin of the last axis of a float array.
+
+One contiguous block with all of its rules: impl, abstract eval, lowerings (CPU handler,
+CUDA handler, XLA path for narrow rows and other platforms), batching and JVP. Shapes:
+``x: [..., cols] float{16,32,64}|bfloat16 -> [...] index_dtype``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import jax
+from jax import lax
+from jax._src import ad_util, core, dispatch
+from jax._src.interpreters import ad, batching, mlir
+
+from jax_argreduce import _ffi, _xla
+
+# Paths a bind can ask for: "auto" (platform default), "kernel" (FFI handler), "xla".
+METHODS = ("auto", "kernel", "xla")
+
+# Below this many columns the CUDA lowering uses the XLA path (measured on H200, see
+# benchmarks/NOTES.md); per float dtype name.
+CUDA_MIN_KERNEL_COLS = {"float16": 1, "bfloat16": 1, "float32": 1, "float64": 1}
+
+argreduce_p = core.Primitive("jax_argreduce")
+argreduce_p.def_impl(lambda x, **params: dispatch.apply_primitive(argreduce_p, x, **params))
+
+
+def _abstract_eval(x, *, is_min, index_dtype, method):
+  del is_min, method
+  # Same shape, dtype and sharding rule as lax.argmax over the last axis.
+  aval, _ = lax.argmax_p.abstract_eval(x, axes=(x.ndim - 1,), index_dtype=index_dtype)
+  return aval
+
+
+argreduce_p.def_abstract_eval(_abstract_eval)
+
+
+def _xla_lowering(ctx, x, *, is_min, index_dtype, method):
+  del method
+  return mlir.lower_fun(
+      lambda v: _xla.argreduce_last_axis(v, is_min=is_min, index_dtype=index_dtype),
+      multiple_results=False)(ctx, x)
+
+
+def _cpu_lowering(ctx, x, *, is_min, index_dtype, method):
+  if method == "xla":
+    return _xla_lowering(ctx, x, is_min=is_min, index_dtype=index_dtype, method=method)
+  return jax.ffi.ffi_lowering(_ffi.CPU_TARGET)(ctx, x, is_min=bool(is_min))
+
+
+def _use_cuda_kernel(aval, method) -> bool:
+  if method == "xla" or not _ffi.HAS_CUDA:
+    return False
+  if method == "kernel":
+    return True
+  return aval.shape[-1] >= CUDA_MIN_KERNEL_COLS[np.dtype(aval.dtype).name]
+
+
+def _cuda_lowering(ctx, x, *, is_min, index_dtype, method):
+  if not _use_cuda_kernel(ctx.avals_in[0], method):
+    return _xla_lowering(ctx, x, is_min=is_min, index_dtype=index_dtype, method=method)
+  # The workspace is a second custom-call result: XLA-owned memory assigned at compile time,
+  # so the handler allocates nothing at run time and is safe in command buffers.
+  workspace = core.ShapedArray((_ffi.cuda_workspace_bytes(),), np.uint8)
+  indices, _ = jax.ffi.ffi_lowering(_ffi.CUDA_TARGET)(
+      ctx.replace(avals_out=[ctx.avals_out[0], workspace]), x, is_min=bool(is_min))
+  return [indices]
+
+
+mlir.register_lowering(argreduce_p, _xla_lowering)
+mlir.register_lowering(argreduce_p, _cpu_lowering, platform="cpu")
+mlir.register_lowering(argreduce_p, _cuda_lowering, platform="cuda")
+
+
+def _batching_rule(batched_args, batch_dims, **params):
+  (x,), (bdim,) = batched_args, batch_dims
+  # A batch dimension other than the reduction axis is just more rows: no data movement.
+  if bdim == x.ndim - 1:
+    x = jax.numpy.moveaxis(x, bdim, 0)
+    bdim = 0
+  return argreduce_p.bind(x, **params), bdim
+
+
+batching.primitive_batchers[argreduce_p] = _batching_rule
+
+
+def _jvp_rule(primals, tangents, **params):
+  del tangents
+  out = argreduce_p.bind(*primals, **params)
+  # Indices are not differentiable: a symbolic zero (float0) tangent.
+  return out, ad_util.Zero(core.typeof(out).to_tangent_aval())
+
+
+ad.primitive_jvps[argreduce_p] = _jvp_rule
+
+
+def argreduce_last_axis(x, *, is_min: bool, index_dtype, method: str = "auto"):
+  """Binds the primitive: index of the max (min) of ``x`` along its last axis."""
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+  return argreduce_p.bind(x, is_min=bool(is_min), index_dtype=np.dtype(index_dtype),
+                          method=method)

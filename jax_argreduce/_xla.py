@@ -1,0 +1,38 @@
+"""The XLA (jnp) path: argmax/argmin of the last axis through an order-preserving integer key.
+
+Used for narrow rows on GPU, rows longer than INT32_MAX, and platforms without a handler.
+``jnp.argmax`` on floats flushes subnormals to zero (jax issue 24281), so instead the floats are
+bitcast to the same integer keys as ``ffi/argreduce_compare.h`` (exact for subnormals, -0 == +0,
+every NaN largest for argmax and argmin alike) and XLA takes the integer argmax, whose ties go
+to the lowest index.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+# bits dtype, key dtype, bit pattern of +inf, per float dtype.
+_FORMATS = {
+    np.dtype(jnp.float16): (np.int16, 0x7C00),
+    np.dtype(jnp.bfloat16): (np.int16, 0x7F80),
+    np.dtype(jnp.float32): (np.int32, 0x7F800000),
+    np.dtype(jnp.float64): (np.int64, 0x7FF0000000000000),
+}
+
+
+def ordered_key(x, is_min: bool):
+  """Integer keys of float array ``x`` whose integer order is argmax's (argmin's) order."""
+  key_dtype, inf_bits = _FORMATS[np.dtype(x.dtype)]
+  max_key = np.iinfo(key_dtype).max
+  bits = lax.bitcast_convert_type(x, key_dtype)
+  magnitude = bits & key_dtype(max_key)
+  negative = bits < 0
+  signed = jnp.where(negative != is_min, -magnitude, magnitude)
+  return jnp.where(magnitude > key_dtype(inf_bits), key_dtype(max_key), signed)
+
+
+def argreduce_last_axis(x, *, is_min: bool, index_dtype):
+  """Index of the max (``is_min``: min) of ``x`` along its last axis, numpy semantics."""
+  return lax.argmax(ordered_key(x, is_min), x.ndim - 1, index_dtype)
