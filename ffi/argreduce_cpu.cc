@@ -1,7 +1,7 @@
 // CPU FFI handler: argmax/argmin over the last axis of an array viewed as [rows, cols].
 // Same semantics as the CUDA kernels (both use argreduce_compare.h), so CI without a GPU
-// exercises the whole JAX stack. A row is scanned left to right and a later element replaces
-// the best one only when its key is strictly larger: the lowest index wins ties.
+// exercises the whole JAX stack. The answer is the first column whose key equals the row's
+// largest key: the lowest index wins ties.
 #include "argreduce_cpu.h"
 
 #include <cstdint>
@@ -19,19 +19,19 @@ template <Format F, bool kIsMin, class OutT>
 void ReduceRows(const void* data, int64_t rows, int64_t cols, OutT* out) {
   using Traits = FormatTraits<F>;
   using Bits = typename Traits::Bits;
+  using Key = typename Traits::Key;
   const Bits* x = static_cast<const Bits*>(data);
   for (int64_t r = 0; r < rows; ++r) {
     const Bits* row = x + r * cols;
-    auto best = OrderedKey<F, kIsMin>(row[0]);
-    int64_t best_index = 0;
-    for (int64_t c = 1; c < cols; ++c) {
-      const auto key = OrderedKey<F, kIsMin>(row[c]);
-      if (key > best) {
-        best = key;
-        best_index = c;
-      }
+    // Two branch-free passes the compiler vectorizes: the largest key, then its first index.
+    Key best = KeyLimits<Key>::kLowest;
+    for (int64_t c = 0; c < cols; ++c) {
+      const Key key = OrderedKey<F, kIsMin>(row[c]);
+      best = key > best ? key : best;
     }
-    out[r] = static_cast<OutT>(best_index);
+    int64_t c = 0;
+    while (OrderedKey<F, kIsMin>(row[c]) != best) ++c;
+    out[r] = static_cast<OutT>(c);
   }
 }
 

@@ -18,7 +18,10 @@
 // be smaller than `remaining`), so no 32-bit sum can pass INT32_MAX. Row offsets are 64-bit.
 #include "argreduce_kernels.h"
 
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -30,6 +33,8 @@ namespace {
 
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = kBlockThreads / kWarpSize;
+// Cluster path (sm_90+): blocks of this many threads, clusters of up to 16 blocks per row.
+constexpr int kClusterBlockThreads = 1024;
 // 16-byte loads in flight per thread in the scan loop.
 constexpr int kUnroll = 4;
 // At least this many elements per thread before more threads are given to a row.
@@ -75,16 +80,18 @@ __device__ __forceinline__ ArgPair<Key> WarpReduce(ArgPair<Key> p) {
 
 // Merge over the block; the result is valid in thread 0. Ends with a barrier, so the shared
 // scratch can be reused by the next call.
-template <class Key>
+template <int kThreads, class Key>
 __device__ __forceinline__ ArgPair<Key> BlockReduce(ArgPair<Key> p) {
-  __shared__ ArgPair<Key> warp_best[kWarpsPerBlock];
+  constexpr int kWarps = kThreads / kWarpSize;
+  static_assert(kWarps <= kWarpSize, "one warp merges the warps' results");
+  __shared__ ArgPair<Key> warp_best[kWarps];
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   p = WarpReduce<kWarpSize>(p);
   if (lane == 0) warp_best[warp] = p;
   __syncthreads();
   if (warp == 0) {
-    p = lane < kWarpsPerBlock ? warp_best[lane] : ArgPair<Key>::Identity();
+    p = lane < kWarps ? warp_best[lane] : ArgPair<Key>::Identity();
     p = WarpReduce<kWarpSize>(p);
   }
   __syncthreads();
@@ -189,7 +196,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int64_t row = slot; row < rows; row += slots) {
     Pair p = ScanRow<F, kIsMin>(x + row * cols, cols, part * kBlockThreads + threadIdx.x,
                                 blocks_per_row * kBlockThreads);
-    p = BlockReduce(p);
+    p = BlockReduce<kBlockThreads>(p);
     if (blocks_per_row == 1) {
       if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, p.index);
       continue;
@@ -211,15 +218,46 @@ __global__ void __launch_bounds__(kBlockThreads)
         // L2 loads: the partials were written by other SMs.
         q = Combine(q, Pair{__ldcg(&src->key), __ldcg(&src->index)});
       }
-      q = BlockReduce(q);
+      q = BlockReduce<kBlockThreads>(q);
       if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, q.index);
     }
   }
 }
 
+// Few wide rows on Hopper: a thread block cluster per row. Each block reduces its share, puts
+// its best pair in its own shared memory, and block 0 of the cluster merges them through
+// distributed shared memory. One launch, no workspace, no counter to zero.
+template <Format F, bool kIsMin>
+__global__ void __launch_bounds__(kClusterBlockThreads)
+    ClusterKernel(const BitsOf<F>* __restrict__ x, int64_t rows, int32_t cols, void* indices,
+                  bool index_is_int64) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Pair = ArgPair<KeyOf<F>>;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ Pair block_best;
+  const int part = static_cast<int>(cluster.block_rank());
+  const int parts = static_cast<int>(cluster.num_blocks());
+  const int64_t row = blockIdx.x / parts;  // the launch has exactly rows * parts blocks
+  Pair p = ScanRow<F, kIsMin>(x + row * cols, cols, part * kClusterBlockThreads + threadIdx.x,
+                              parts * kClusterBlockThreads);
+  p = BlockReduce<kClusterBlockThreads>(p);
+  if (threadIdx.x == 0) block_best = p;
+  cluster.sync();  // every block's best is written (cluster-scope release/acquire)
+  if (part == 0 && threadIdx.x < kWarpSize) {
+    Pair q = threadIdx.x < parts ? *cluster.map_shared_rank(&block_best, threadIdx.x)
+                                 : Pair::Identity();
+    q = WarpReduce<kWarpSize>(q);
+    if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, q.index);
+  }
+  cluster.sync();  // keep every block's shared memory alive until block 0 has read it
+#endif
+}
+
 struct DeviceInfo {
   int sms = 0;
   int max_threads_per_sm = 0;
+  int major = 0;
 };
 
 // Read once per device: the launch path runs on every call.
@@ -231,9 +269,13 @@ cudaError_t GetDeviceInfo(int device, DeviceInfo* info) {
   if (cache[device].sms == 0) {
     DeviceInfo d;
     cudaError_t err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&d.max_threads_per_sm,
-                                 cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&d.max_threads_per_sm,
+                                   cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    }
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device);
+    }
     if (err != cudaSuccess) return err;
     cache[device] = d;
   }
@@ -258,46 +300,109 @@ cudaError_t GetBlocksPerSm(int device, const void* kernel, int* blocks) {
   return cudaSuccess;
 }
 
+// Largest cluster (blocks) the device runs `kernel` with: 16 with the non-portable opt-in
+// (which this sets on the kernel), else 8; 0 before sm_90 or when
+// JAX_ARGREDUCE_DISABLE_CLUSTERS=1 (benchmark A/B switch). Read once per device and kernel.
+cudaError_t GetClusterSize(int device, int major, const void* kernel, int* size) {
+  static const bool disabled = [] {
+    const char* v = std::getenv("JAX_ARGREDUCE_DISABLE_CLUSTERS");
+    return v != nullptr && v[0] == '1';
+  }();
+  *size = 0;
+  if (disabled || major < 9) return cudaSuccess;
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({device, kernel});
+  if (it == cache.end()) {
+    int best = 0;
+    for (int candidate : {16, 8}) {
+      if (candidate > 8 &&
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+              cudaSuccess) {
+        cudaGetLastError();  // clear: fall back to the portable size
+        continue;
+      }
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(candidate);
+      config.blockDim = dim3(kClusterBlockThreads);
+      cudaLaunchAttribute attribute;
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = candidate;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess &&
+          clusters > 0) {
+        best = candidate;
+        break;
+      }
+      cudaGetLastError();
+    }
+    it = cache.emplace(std::make_pair(device, kernel), best).first;
+  }
+  *size = it->second;
+  return cudaSuccess;
+}
+
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <class Key>
-size_t WorkspaceLayout(int64_t capacity_blocks, size_t* counters_offset) {
+size_t WorkspaceLayout(int64_t blocks, size_t* counters_offset) {
   // [partials: one ArgPair per block][done counters: one per row, rows <= blocks]
-  *counters_offset = static_cast<size_t>(capacity_blocks) * sizeof(ArgPair<Key>);
-  return *counters_offset + static_cast<size_t>(capacity_blocks) * sizeof(uint32_t);
+  *counters_offset = static_cast<size_t>(blocks) * sizeof(ArgPair<Key>);
+  return *counters_offset + static_cast<size_t>(blocks) * sizeof(uint32_t);
 }
 
-LaunchPlan MakePlan(int sms, int blocks_per_sm, Format format, int64_t rows, int64_t cols) {
+struct DeviceCaps {
+  int sms;
+  int blocks_per_sm;  // resident 256-thread blocks
+  int cluster_size;   // largest cluster of 1024-thread blocks, 0 if none
+};
+
+LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t cols) {
   const int elem_bytes = format == Format::kF64 ? 8 : format == Format::kF32 ? 4 : 2;
   LaunchPlan plan;
   plan.vector_elements = static_cast<int>(sizeof(Vec)) / elem_bytes;
   // One wave: the blocks the device holds at once.
-  const int64_t capacity_blocks = static_cast<int64_t>(sms) * blocks_per_sm;
+  const int64_t capacity_blocks = static_cast<int64_t>(caps.sms) * caps.blocks_per_sm;
   const int64_t capacity_threads = capacity_blocks * kBlockThreads;
   const int64_t per_thread = std::max(kMinElementsPerThread, plan.vector_elements);
-  const int64_t useful = CeilDiv(cols, per_thread);                 // threads a row can feed
+  const int64_t useful = CeilDiv(cols, per_thread);  // threads a row can feed
   const int64_t fair = std::max<int64_t>(1, capacity_threads / std::max<int64_t>(rows, 1));
   const int64_t threads_per_row = std::min(useful, fair);
-  if (threads_per_row >= kBlockPathMinThreads) {
-    plan.team = 0;
-    plan.blocks_per_row = static_cast<int>(std::max<int64_t>(
-        1, std::min(CeilDiv(threads_per_row, kBlockThreads), capacity_blocks / rows)));
-    if (plan.blocks_per_row > 1) {
-      plan.grid = rows * plan.blocks_per_row;  // <= capacity_blocks
-      size_t counters_offset = 0;
-      plan.workspace_bytes = format == Format::kF64
-                                 ? WorkspaceLayout<int64_t>(plan.grid, &counters_offset)
-                                 : WorkspaceLayout<int32_t>(plan.grid, &counters_offset);
-    } else {
-      plan.grid = std::min(rows, capacity_blocks);
-    }
-  } else {
+  int64_t row_threads = 0;
+  if (threads_per_row < kBlockPathMinThreads) {
     int team = 1;
     while (team * 2 <= std::min<int64_t>(threads_per_row, kWarpSize)) team *= 2;
     plan.team = team;
     plan.grid = std::max<int64_t>(
         1, std::min(CeilDiv(rows * team, kBlockThreads), capacity_blocks));
+    row_threads = team;
+  } else {
+    plan.blocks_per_row = static_cast<int>(std::max<int64_t>(
+        1, std::min(CeilDiv(threads_per_row, kBlockThreads), capacity_blocks / rows)));
+    if (plan.blocks_per_row == 1) {
+      plan.grid = std::min(rows, capacity_blocks);
+    } else if (caps.cluster_size > 0 && rows * caps.cluster_size <= caps.sms) {
+      // Few wide rows: one cluster per row, merged in distributed shared memory.
+      plan.cluster = static_cast<int>(std::min<int64_t>(
+          caps.cluster_size, std::max<int64_t>(2, CeilDiv(useful, kClusterBlockThreads))));
+      plan.blocks_per_row = plan.cluster;
+      plan.block = kClusterBlockThreads;
+      plan.grid = rows * plan.cluster;
+    } else {
+      plan.grid = rows * plan.blocks_per_row;  // <= capacity_blocks
+      size_t counters_offset = 0;
+      plan.workspace_bytes = format == Format::kF64
+                                 ? WorkspaceLayout<int64_t>(plan.grid, &counters_offset)
+                                 : WorkspaceLayout<int32_t>(plan.grid, &counters_offset);
+    }
+    row_threads = static_cast<int64_t>(plan.blocks_per_row) * plan.block;
   }
+  plan.row_step = row_threads * kUnroll * plan.vector_elements;
   return plan;
 }
 
@@ -307,7 +412,31 @@ cudaError_t LaunchTyped(const LaunchPlan& plan, cudaStream_t stream, const void*
                         void* workspace) {
   const auto* x = static_cast<const BitsOf<F>*>(x_raw);
   const dim3 grid(static_cast<unsigned>(plan.grid));
-  const dim3 block(kBlockThreads);
+  const dim3 block(plan.block);
+  if (plan.cluster > 0) {
+    const void* kernel = reinterpret_cast<const void*>(&ClusterKernel<F, kIsMin>);
+    int device = 0, major = 0, size = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (err == cudaSuccess) err = GetClusterSize(device, major, kernel, &size);  // sets the opt-in
+    if (err != cudaSuccess) return err;
+    if (size < plan.cluster) return cudaErrorInvalidConfiguration;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = plan.cluster;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    err = cudaLaunchKernelEx(&config, ClusterKernel<F, kIsMin>, x, rows, cols, indices,
+                             index_is_int64);
+    if (err != cudaSuccess) return err;
+    return cudaGetLastError();
+  }
   switch (plan.team) {
     case 0: {
       using Pair = ArgPair<KeyOf<F>>;
@@ -354,6 +483,19 @@ cudaError_t LaunchFormat(const LaunchPlan& plan, cudaStream_t stream, bool is_mi
                                         workspace);
 }
 
+template <Format F>
+cudaError_t GetCaps(int device, const DeviceInfo& info, DeviceCaps* caps) {
+  caps->sms = info.sms;
+  // Every 256-thread kernel shares ScanRow and has about the same register count: the block
+  // kernel's occupancy stands for all of them.
+  cudaError_t err = GetBlocksPerSm(
+      device, reinterpret_cast<const void*>(&BlockKernel<F, false>), &caps->blocks_per_sm);
+  if (err != cudaSuccess) return err;
+  return GetClusterSize(device, info.major,
+                        reinterpret_cast<const void*>(&ClusterKernel<F, false>),
+                        &caps->cluster_size);
+}
+
 }  // namespace
 
 cudaError_t PlanArgReduce(Format format, int64_t rows, int64_t cols, LaunchPlan* plan) {
@@ -363,19 +505,15 @@ cudaError_t PlanArgReduce(Format format, int64_t rows, int64_t cols, LaunchPlan*
   DeviceInfo info;
   err = GetDeviceInfo(device, &info);
   if (err != cudaSuccess) return err;
-  // Every kernel shares ScanRow and has about the same register count: the block kernel's
-  // occupancy stands for all of them.
-  const void* kernel = nullptr;
+  DeviceCaps caps;
   switch (format) {
-    case Format::kF16: kernel = reinterpret_cast<const void*>(&BlockKernel<Format::kF16, false>); break;
-    case Format::kBF16: kernel = reinterpret_cast<const void*>(&BlockKernel<Format::kBF16, false>); break;
-    case Format::kF32: kernel = reinterpret_cast<const void*>(&BlockKernel<Format::kF32, false>); break;
-    case Format::kF64: kernel = reinterpret_cast<const void*>(&BlockKernel<Format::kF64, false>); break;
+    case Format::kF16: err = GetCaps<Format::kF16>(device, info, &caps); break;
+    case Format::kBF16: err = GetCaps<Format::kBF16>(device, info, &caps); break;
+    case Format::kF32: err = GetCaps<Format::kF32>(device, info, &caps); break;
+    case Format::kF64: err = GetCaps<Format::kF64>(device, info, &caps); break;
   }
-  int blocks_per_sm = 1;
-  err = GetBlocksPerSm(device, kernel, &blocks_per_sm);
   if (err != cudaSuccess) return err;
-  *plan = MakePlan(info.sms, blocks_per_sm, format, rows, cols);
+  *plan = MakePlan(caps, format, rows, cols);
   return cudaSuccess;
 }
 
@@ -388,6 +526,7 @@ cudaError_t ArgReduceWorkspaceBytes(size_t* bytes) {
     DeviceInfo info;
     err = GetDeviceInfo(device, &info);
     if (err != cudaSuccess) return err;
+    // An upper bound on resident 256-thread blocks, whatever the kernel's registers.
     capacity_blocks = std::max<int64_t>(
         capacity_blocks,
         static_cast<int64_t>(info.sms) * std::max(1, info.max_threads_per_sm / kBlockThreads));

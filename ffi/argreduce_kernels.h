@@ -22,11 +22,15 @@ struct LaunchPlan {
   // their partials with shuffles; warps loop over rows. Block path (team == 0): each row is
   // reduced by `blocks_per_row` blocks; with one block per row the blocks loop over rows, with
   // several they merge through the workspace (the last block of a row to arrive reduces it).
+  // Cluster path (cluster > 0, sm_90+): one thread block cluster of `cluster` blocks of
+  // 1024 threads per row, merged through distributed shared memory; no workspace.
   int team = 0;
   int blocks_per_row = 1;
+  int cluster = 0;
   int64_t grid = 0;            // blocks launched
   int block = kBlockThreads;   // threads per block
   int vector_elements = 0;     // elements per 16-byte load
+  int64_t row_step = 0;        // elements of a row one pass of the scan loop covers
   size_t workspace_bytes = 0;  // workspace the launch uses (multi-block rows only)
 };
 

@@ -1,6 +1,7 @@
 // nanobind module: exports the FFI handler capsules (registered by jax_argreduce/_ffi.py in
 // one loop) and, when built with CUDA, the launch planner for lowering and benchmarks.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -61,12 +62,17 @@ NB_MODULE(_argreduce, m) {
     LaunchPlan plan;
     ThrowIfError(PlanArgReduce(FormatFromName(dtype), rows, cols, &plan));
     nb::dict d;
-    d["path"] = plan.team > 0 ? "team" : plan.blocks_per_row > 1 ? "multi_block" : "block";
+    d["path"] = plan.team > 0            ? "team"
+                : plan.cluster > 0         ? "cluster"
+                : plan.blocks_per_row > 1  ? "multi_block"
+                                           : "block";
+    d["cluster"] = plan.cluster;
     d["team"] = plan.team;
     d["blocks_per_row"] = plan.blocks_per_row;
     d["grid"] = plan.grid;
     d["block"] = plan.block;
     d["vector_elements"] = plan.vector_elements;
+    d["row_step"] = plan.row_step;
     d["workspace_bytes"] = plan.workspace_bytes;
     return d;
   }, nb::arg("rows"), nb::arg("cols"), nb::arg("dtype"),
