@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build for sm_90, run the GPU tests against numpy, then the
-# benchmark; logs under $OUT (or ./out), a short table printed last.
-#   benchmarks/gpu_check.sh [all|test|bench] [extra bench.py args...]
+# One call on the GPU machine: build for sm_90, then (by stage) the benchmark, the example
+# decode loop with --compare, and the GPU tests against numpy (pytest -m gpu, incl. the
+# compute-sanitizer run). Logs and results under $OUT (or ./out), a short summary last.
+#   benchmarks/gpu_check.sh [all|test|example|bench] [extra bench.py args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -9,33 +10,44 @@ mkdir -p "$OUT"
 stage=${1:-all}
 shift || true
 export PYTHONUNBUFFERED=1
+log="$OUT/run.log"
 
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   python3 -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
-} 2>&1 | tee "$OUT/env.txt"
-
-echo "== build (sm_90)"
-t0=$(date +%s)
-python3 -m pip install --no-build-isolation --no-deps -q \
-  -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C cmake.define.JAX_ARGREDUCE_CUDA=ON -e . \
-  >"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
-echo "built in $(( $(date +%s) - t0 )) s"
-python3 -c "import jax_argreduce as j; assert j.HAS_CUDA; from jax_argreduce import _ffi; print(_ffi.cuda_launch_plan(1, 202048, 'float32'))"
+  echo "== build (sm_90)"
+  t0=$(date +%s)
+  python3 -m pip install --no-build-isolation --no-deps -q \
+    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C cmake.define.JAX_ARGREDUCE_CUDA=ON -e . \
+    >/tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
+  echo "built in $(( $(date +%s) - t0 )) s"
+} 2>&1 | tee "$log"
+[[ ${PIPESTATUS[0]} == 0 ]] || exit 1
 
 rc=0
-if [[ $stage == all || $stage == test ]]; then
-  echo "== pytest -m gpu"
-  python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40
-  rc=${PIPESTATUS[0]}
-fi
 if [[ $stage == all || $stage == bench ]]; then
-  echo "== benchmark"
-  python3 benchmarks/bench.py --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
+  echo "== benchmark" | tee -a "$log"
+  python3 benchmarks/bench.py --out "$OUT" "$@" 2>&1 | tee -a "$log" | tail -45
   rc=$(( rc | PIPESTATUS[0] ))
 fi
-echo "== summary"
-grep -E "passed|failed|error" "$OUT/pytest_gpu.log" 2>/dev/null | tail -2
-grep -E "ERROR SUMMARY|RACECHECK" "$OUT/pytest_gpu.log" 2>/dev/null | tail -4
+if [[ $stage == all || $stage == example ]]; then
+  echo "== example: greedy decode at vocab 202048, --compare" | tee -a "$log"
+  for dt in float32 bfloat16; do
+    python3 examples/sample.py --vocab 202048 --batch 8 --layers 2 --dim 256 --heads 4 \
+      --steps 64 --dtype $dt --compare 2>/dev/null | tee -a "$log"
+    rc=$(( rc | PIPESTATUS[0] ))
+  done
+fi
+if [[ $stage == all || $stage == test ]]; then
+  echo "== pytest -m gpu" | tee -a "$log"
+  timeout ${TEST_TIMEOUT:-900} python3 -m pytest -m gpu -q -rsP --durations=12 -p no:cacheprovider \
+    tests > "$OUT/pytest_gpu.log" 2>&1
+  rc=$(( rc | $? ))
+  tail -25 "$OUT/pytest_gpu.log"
+fi
+echo "== summary (exit $rc)"
+grep -hE "^[0-9]+ (passed|failed)|passed|failed" "$OUT/pytest_gpu.log" 2>/dev/null | tail -1
+grep -hE "SUMMARY" "$OUT/pytest_gpu.log" 2>/dev/null | tail -4
+grep -hE "identical|tokens/s" "$log" 2>/dev/null | tail -8
 exit $rc

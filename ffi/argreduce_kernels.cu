@@ -35,6 +35,7 @@ constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = kBlockThreads / kWarpSize;
 // Cluster path (sm_90+): blocks of this many threads, clusters of up to 16 blocks per row.
 constexpr int kClusterBlockThreads = 1024;
+constexpr int kMaxClusterBlocks = 16;
 // 16-byte loads in flight per thread in the scan loop.
 constexpr int kUnroll = 4;
 // At least this many elements per thread before more threads are given to a row.
@@ -98,6 +99,61 @@ __device__ __forceinline__ ArgPair<Key> BlockReduce(ArgPair<Key> p) {
   return p;
 }
 
+// The largest key among the elements of one 16-byte vector. On sm_80+ the elements are first
+// merged in their own format with NaN-propagating max (min for argmin): a NaN anywhere gives a
+// NaN, whose key is the largest; otherwise the survivor is a largest (smallest) value, whose key
+// is the vector's best (-0/+0 share key 0; these instructions have no .ftz, so subnormals
+// compare exactly). One key computation per vector instead of one per element. The caller finds
+// the element's position again by key, so which of equal elements survives does not matter.
+template <Format F, bool kIsMin>
+__device__ __forceinline__ KeyOf<F> VectorKeyByElement(const Vec& v) {
+  constexpr int kVec = sizeof(Vec) / sizeof(BitsOf<F>);
+  KeyOf<F> best = OrderedKey<F, kIsMin>(Element<BitsOf<F>>(v, 0));
+#pragma unroll
+  for (int j = 1; j < kVec; ++j) best = max(best, OrderedKey<F, kIsMin>(Element<BitsOf<F>>(v, j)));
+  return best;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define JAX_ARGREDUCE_NAN_MINMAX(name, op, type, cons)                          \
+  __device__ __forceinline__ type name(type a, type b) {                        \
+    type d;                                                                     \
+    asm(op " %0, %1, %2;" : "=" cons(d) : cons(a), cons(b));                    \
+    return d;                                                                   \
+  }
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF32, "max.NaN.f32", float, "f")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNF32, "min.NaN.f32", float, "f")
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNBF16x2, "max.NaN.bf16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNBF16x2, "min.NaN.bf16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF16x2, "max.NaN.f16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNF16x2, "min.NaN.f16x2", uint32_t, "r")
+#undef JAX_ARGREDUCE_NAN_MINMAX
+#endif
+
+template <Format F, bool kIsMin>
+__device__ __forceinline__ KeyOf<F> VectorKey(const Vec& v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (F == Format::kF32) {
+    auto op = [](float a, float b) { return kIsMin ? MinNaNF32(a, b) : MaxNaNF32(a, b); };
+    const float m = op(op(__uint_as_float(v.x), __uint_as_float(v.y)),
+                       op(__uint_as_float(v.z), __uint_as_float(v.w)));
+    return OrderedKey<F, kIsMin>(__float_as_uint(m));
+  } else if constexpr (F == Format::kBF16 || F == Format::kF16) {
+    auto op = [](uint32_t a, uint32_t b) {
+      if constexpr (F == Format::kBF16) return kIsMin ? MinNaNBF16x2(a, b) : MaxNaNBF16x2(a, b);
+      else return kIsMin ? MinNaNF16x2(a, b) : MaxNaNF16x2(a, b);
+    };
+    const uint32_t m = op(op(v.x, v.y), op(v.z, v.w));
+    const uint32_t m1 = op(m, __byte_perm(m, 0, 0x1032));  // both halves hold the survivor
+    return OrderedKey<F, kIsMin>(static_cast<uint16_t>(m1 & 0xFFFFu));
+  } else {
+    return VectorKeyByElement<F, kIsMin>(v);
+  }
+#else
+  return VectorKeyByElement<F, kIsMin>(v);
+#endif
+}
+
 // This thread's best pair over its share of one row. The row is split into a scalar head (up
 // to the first 16-byte boundary), a body of 16-byte vectors, and a scalar tail. Thread `tid`
 // of `nthreads` takes vectors tid, tid + nthreads, ... Each thread visits its elements in
@@ -127,7 +183,11 @@ __device__ __forceinline__ ArgPair<KeyOf<F>> ScanRow(const BitsOf<F>* __restrict
 
   for (int32_t c = tid; c < head; c += nthreads) visit(row[c], c);
 
+  // Body: track only the best key per vector and the first vector that reached it; the
+  // element's column is recovered once at the end from that vector.
   const Vec* __restrict__ vecs = reinterpret_cast<const Vec*>(row + head);
+  Key body_best = KeyLimits<Key>::kLowest;
+  int32_t body_vec = -1;
   for (int32_t v = tid; v < num_vecs;) {
     const int32_t remaining = num_vecs - v;  // >= 1
     Vec buf[kUnroll];
@@ -138,13 +198,26 @@ __device__ __forceinline__ ArgPair<KeyOf<F>> ScanRow(const BitsOf<F>* __restrict
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (u * nthreads < remaining) {
-        const int32_t first = head + (v + u * nthreads) * kVec;  // < tail_start
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) visit(Element<Bits>(buf[u], j), first + j);
+        const Key key = VectorKey<F, kIsMin>(buf[u]);
+        if (key > body_best) {  // strict: the first vector (lowest columns) keeps a tie
+          body_best = key;
+          body_vec = v + u * nthreads;  // < num_vecs
+        }
       }
     }
     if (remaining <= kUnroll * nthreads) break;
     v += kUnroll * nthreads;  // < num_vecs
+  }
+  // Head columns are lower than body columns: the body wins only with a strictly larger key.
+  if (body_vec >= 0 && body_best > best) {
+    const Vec w = __ldg(vecs + body_vec);
+    int32_t j_first = kVec - 1;
+#pragma unroll
+    for (int j = kVec - 2; j >= 0; --j) {
+      if (OrderedKey<F, kIsMin>(Element<Bits>(w, j)) == body_best) j_first = j;
+    }
+    best = body_best;
+    best_index = head + body_vec * kVec + j_first;  // < tail_start
   }
 
   for (int32_t c = tid; c < cols - tail_start; c += nthreads) {
@@ -224,9 +297,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-// Few wide rows on Hopper: a thread block cluster per row. Each block reduces its share, puts
-// its best pair in its own shared memory, and block 0 of the cluster merges them through
-// distributed shared memory. One launch, no workspace, no counter to zero.
+// Few wide rows on Hopper: a thread block cluster per row. Each block reduces its share and
+// writes its best pair straight into block 0's shared memory (distributed shared memory); one
+// cluster barrier (release/acquire at cluster scope) later block 0 merges them. One launch, no
+// workspace, no counter to zero.
 template <Format F, bool kIsMin>
 __global__ void __launch_bounds__(kClusterBlockThreads)
     ClusterKernel(const BitsOf<F>* __restrict__ x, int64_t rows, int32_t cols, void* indices,
@@ -235,22 +309,24 @@ __global__ void __launch_bounds__(kClusterBlockThreads)
   using Pair = ArgPair<KeyOf<F>>;
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
-  __shared__ Pair block_best;
+  __shared__ Pair cluster_best[kMaxClusterBlocks];  // used in block 0 only
   const int part = static_cast<int>(cluster.block_rank());
   const int parts = static_cast<int>(cluster.num_blocks());
   const int64_t row = blockIdx.x / parts;  // the launch has exactly rows * parts blocks
+  // Split barrier: block 0's shared memory may only be written once every block of the
+  // cluster has started; waiting for that after the scan costs nothing.
+  cluster.barrier_arrive();
   Pair p = ScanRow<F, kIsMin>(x + row * cols, cols, part * kClusterBlockThreads + threadIdx.x,
                               parts * kClusterBlockThreads);
   p = BlockReduce<kClusterBlockThreads>(p);
-  if (threadIdx.x == 0) block_best = p;
-  cluster.sync();  // every block's best is written (cluster-scope release/acquire)
+  cluster.barrier_wait();
+  if (threadIdx.x == 0) cluster.map_shared_rank(cluster_best, 0)[part] = p;
+  cluster.sync();  // the partials are in block 0 (release/acquire at cluster scope)
   if (part == 0 && threadIdx.x < kWarpSize) {
-    Pair q = threadIdx.x < parts ? *cluster.map_shared_rank(&block_best, threadIdx.x)
-                                 : Pair::Identity();
+    Pair q = threadIdx.x < parts ? cluster_best[threadIdx.x] : Pair::Identity();
     q = WarpReduce<kWarpSize>(q);
     if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, q.index);
   }
-  cluster.sync();  // keep every block's shared memory alive until block 0 has read it
 #endif
 }
 
@@ -300,50 +376,53 @@ cudaError_t GetBlocksPerSm(int device, const void* kernel, int* blocks) {
   return cudaSuccess;
 }
 
-// Largest cluster (blocks) the device runs `kernel` with: 16 with the non-portable opt-in
-// (which this sets on the kernel), else 8; 0 before sm_90 or when
+// How many clusters of 2, 4, 8 and 16 blocks of `kernel` the device holds at once (16 needs
+// the non-portable opt-in, which this sets on the kernel); all 0 before sm_90 or when
 // JAX_ARGREDUCE_DISABLE_CLUSTERS=1 (benchmark A/B switch). Read once per device and kernel.
-cudaError_t GetClusterSize(int device, int major, const void* kernel, int* size) {
+struct ClusterFit {
+  int active[5] = {0, 0, 0, 0, 0};  // index i: clusters of 1 << i blocks (i >= 1)
+};
+
+cudaError_t GetClusterFit(int device, int major, const void* kernel, ClusterFit* fit) {
   static const bool disabled = [] {
     const char* v = std::getenv("JAX_ARGREDUCE_DISABLE_CLUSTERS");
     return v != nullptr && v[0] == '1';
   }();
-  *size = 0;
+  *fit = ClusterFit();
   if (disabled || major < 9) return cudaSuccess;
   static std::mutex mu;
-  static std::map<std::pair<int, const void*>, int> cache;
+  static std::map<std::pair<int, const void*>, ClusterFit> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find({device, kernel});
   if (it == cache.end()) {
-    int best = 0;
-    for (int candidate : {16, 8}) {
-      if (candidate > 8 &&
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-              cudaSuccess) {
-        cudaGetLastError();  // clear: fall back to the portable size
-        continue;
-      }
+    ClusterFit f;
+    const bool non_portable =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+        cudaSuccess;
+    cudaGetLastError();  // a refusal only rules out 16
+    for (int i = 1; i <= 4; ++i) {
+      const int size = 1 << i;
+      if (size > 8 && !non_portable) continue;
       cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(candidate);
+      config.gridDim = dim3(size);
       config.blockDim = dim3(kClusterBlockThreads);
       cudaLaunchAttribute attribute;
       attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = candidate;
+      attribute.val.clusterDim.x = size;
       attribute.val.clusterDim.y = 1;
       attribute.val.clusterDim.z = 1;
       config.attrs = &attribute;
       config.numAttrs = 1;
       int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess &&
-          clusters > 0) {
-        best = candidate;
-        break;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+        cudaGetLastError();
+        clusters = 0;
       }
-      cudaGetLastError();
+      f.active[i] = clusters;
     }
-    it = cache.emplace(std::make_pair(device, kernel), best).first;
+    it = cache.emplace(std::make_pair(device, kernel), f).first;
   }
-  *size = it->second;
+  *fit = it->second;
   return cudaSuccess;
 }
 
@@ -358,8 +437,8 @@ size_t WorkspaceLayout(int64_t blocks, size_t* counters_offset) {
 
 struct DeviceCaps {
   int sms;
-  int blocks_per_sm;  // resident 256-thread blocks
-  int cluster_size;   // largest cluster of 1024-thread blocks, 0 if none
+  int blocks_per_sm;     // resident 256-thread blocks
+  ClusterFit clusters;   // co-resident clusters of 1024-thread blocks, per cluster size
 };
 
 LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t cols) {
@@ -384,15 +463,29 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
   } else {
     plan.blocks_per_row = static_cast<int>(std::max<int64_t>(
         1, std::min(CeilDiv(threads_per_row, kBlockThreads), capacity_blocks / rows)));
+    // Largest cluster whose clusters all fit at once, one per row; no bigger than the row
+    // can feed.
+    int cluster = 0;
+    for (int i = 4; i >= 1 && cluster == 0; --i) {
+      const int size = 1 << i;
+      if (rows <= caps.clusters.active[i] &&
+          (size == 2 || CeilDiv(useful, kClusterBlockThreads) > size / 2)) {
+        cluster = size;
+      }
+    }
+    const bool has_clusters = caps.clusters.active[1] > 0;
     if (plan.blocks_per_row == 1) {
       plan.grid = std::min(rows, capacity_blocks);
-    } else if (caps.cluster_size > 0 && rows * caps.cluster_size <= caps.sms) {
+    } else if (cluster > 0) {
       // Few wide rows: one cluster per row, merged in distributed shared memory.
-      plan.cluster = static_cast<int>(std::min<int64_t>(
-          caps.cluster_size, std::max<int64_t>(2, CeilDiv(useful, kClusterBlockThreads))));
-      plan.blocks_per_row = plan.cluster;
+      plan.cluster = cluster;
+      plan.blocks_per_row = cluster;
       plan.block = kClusterBlockThreads;
-      plan.grid = rows * plan.cluster;
+      plan.grid = rows * cluster;
+    } else if (has_clusters && 2 * rows >= caps.sms) {
+      // Enough rows to fill the device with one block each: no workspace, no memset.
+      plan.blocks_per_row = 1;
+      plan.grid = std::min(rows, capacity_blocks);
     } else {
       plan.grid = rows * plan.blocks_per_row;  // <= capacity_blocks
       size_t counters_offset = 0;
@@ -415,12 +508,13 @@ cudaError_t LaunchTyped(const LaunchPlan& plan, cudaStream_t stream, const void*
   const dim3 block(plan.block);
   if (plan.cluster > 0) {
     const void* kernel = reinterpret_cast<const void*>(&ClusterKernel<F, kIsMin>);
-    int device = 0, major = 0, size = 0;
+    int device = 0, major = 0;
+    ClusterFit fit;
     cudaError_t err = cudaGetDevice(&device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (err == cudaSuccess) err = GetClusterSize(device, major, kernel, &size);  // sets the opt-in
+    if (err == cudaSuccess) err = GetClusterFit(device, major, kernel, &fit);  // sets the opt-in
     if (err != cudaSuccess) return err;
-    if (size < plan.cluster) return cudaErrorInvalidConfiguration;
+    if (plan.cluster > kMaxClusterBlocks) return cudaErrorInvalidConfiguration;
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
@@ -491,9 +585,9 @@ cudaError_t GetCaps(int device, const DeviceInfo& info, DeviceCaps* caps) {
   cudaError_t err = GetBlocksPerSm(
       device, reinterpret_cast<const void*>(&BlockKernel<F, false>), &caps->blocks_per_sm);
   if (err != cudaSuccess) return err;
-  return GetClusterSize(device, info.major,
-                        reinterpret_cast<const void*>(&ClusterKernel<F, false>),
-                        &caps->cluster_size);
+  return GetClusterFit(device, info.major,
+                       reinterpret_cast<const void*>(&ClusterKernel<F, false>),
+                       &caps->clusters);
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import dtypes
+from jax import dtypes, lax
 
 from jax_argreduce import _primitive
 
@@ -22,6 +24,13 @@ def _check_arraylike(name: str, x) -> None:
     raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at position 0.")
 
 
+def _move_axis_last(x, axis):
+  """moveaxis(x, axis, -1) on the bits: XLA's CPU transpose of bfloat16 can flush subnormals
+  to zero. (Inside jit XLA folds the bitcasts away again; see tests/test_differential.py.)"""
+  bits = lax.bitcast_convert_type(x, np.dtype(f"uint{8 * x.dtype.itemsize}"))
+  return lax.bitcast_convert_type(jnp.moveaxis(bits, axis, -1), x.dtype)
+
+
 def _argreduce(x, axis, keepdims, *, is_min: bool, method: str = "auto"):
   name = "argmin" if is_min else "argmax"
   _check_arraylike(name, x)
@@ -35,13 +44,13 @@ def _argreduce(x, axis, keepdims, *, is_min: bool, method: str = "auto"):
     out_shape = (1,) * x.ndim if keepdims else ()
     x = x.reshape(-1)
   else:
-    axis = int(axis)
+    axis = operator.index(axis)  # TypeError for floats and strings, as numpy and jnp
     if not -x.ndim <= axis < x.ndim:
       raise np.exceptions.AxisError(axis, x.ndim)  # an IndexError, as jnp raises
     axis %= x.ndim
     out_shape = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1:]
     if axis != x.ndim - 1:
-      x = jnp.moveaxis(x, axis, -1)
+      x = _move_axis_last(x, axis)
 
   cols = x.shape[-1]
   if cols == 0:

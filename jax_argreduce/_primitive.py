@@ -1,7 +1,8 @@
 """The ``argreduce`` primitive: argmax/argmin of the last axis of a float array.
 
 One contiguous block with all of its rules: impl, abstract eval, lowerings (CPU handler,
-CUDA handler, XLA path for narrow rows and other platforms), batching and JVP. Shapes:
+CUDA handler, XLA path for narrow rows and other platforms; the handler calls carry a Shardy
+sharding rule), batching and JVP. Shapes:
 ``x: [..., cols] float{16,32,64}|bfloat16 -> [...] index_dtype``.
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import jax
 from jax import lax
-from jax._src import ad_util, core, dispatch
+from jax._src import ad_util, config, core, dispatch
+from jax._src.custom_partitioning_sharding_rule import (SdyShardingRule,
+                                                        sdy_sharding_rule_to_mlir)
 from jax._src.interpreters import ad, batching, mlir
 
 from jax_argreduce import _ffi, _xla
@@ -18,9 +21,20 @@ from jax_argreduce import _ffi, _xla
 # Paths a bind can ask for: "auto" (platform default), "kernel" (FFI handler), "xla".
 METHODS = ("auto", "kernel", "xla")
 
-# Below this many columns the CUDA lowering uses the XLA path (measured on H200, see
-# benchmarks/NOTES.md); per float dtype name.
-CUDA_MIN_KERNEL_COLS = {"float16": 1, "bfloat16": 1, "float32": 1, "float64": 1}
+# Where the CUDA kernels lose to XLA's own reduction, the CUDA lowering takes the exact XLA
+# path instead. Measured on an H200 (benchmarks/NOTES.md): in float32/float64 the kernels win
+# for few rows (<= 8) and narrow rows (<= 64 columns) and trail XLA by 2-11% elsewhere; in
+# 16-bit formats they win or tie everywhere measured.
+_KERNEL_MAX_ROWS_WIDE_F32 = 8
+_KERNEL_MAX_COLS_F32 = 64
+
+
+def _cuda_kernel_wins(shape, dtype) -> bool:
+  if np.dtype(dtype).itemsize <= 2:
+    return True
+  rows = int(np.prod(shape[:-1], dtype=np.int64))
+  return rows <= _KERNEL_MAX_ROWS_WIDE_F32 or shape[-1] <= _KERNEL_MAX_COLS_F32
+
 
 argreduce_p = core.Primitive("jax_argreduce")
 argreduce_p.def_impl(lambda x, **params: dispatch.apply_primitive(argreduce_p, x, **params))
@@ -43,10 +57,25 @@ def _xla_lowering(ctx, x, *, is_min, index_dtype, method):
       multiple_results=False)(ctx, x)
 
 
+def _handler_call(ctx, target, x, extra_results=(), **attrs):
+  """The FFI custom call, with a Shardy sharding rule: the row dimensions keep whatever
+  sharding they have (each device reduces its own rows), the reduction axis is replicated."""
+  avals_out = [ctx.avals_out[0], *extra_results]
+  results = jax.ffi.ffi_lowering(target)(ctx.replace(avals_out=avals_out), x, **attrs)
+  if config.use_shardy_partitioner.value:
+    rows = tuple(f"r{i}" for i in range(ctx.avals_in[0].ndim - 1))
+    rule = SdyShardingRule(
+        (rows + ("k",),), (rows,) + tuple((f"w{i}",) for i in range(len(extra_results))),
+        need_replication_factors=("k",))
+    results[0].owner.attributes["sdy.sharding_rule"] = sdy_sharding_rule_to_mlir(
+        rule, [v.type for v in [x]], [r.type for r in results])
+  return results
+
+
 def _cpu_lowering(ctx, x, *, is_min, index_dtype, method):
   if method == "xla":
     return _xla_lowering(ctx, x, is_min=is_min, index_dtype=index_dtype, method=method)
-  return jax.ffi.ffi_lowering(_ffi.CPU_TARGET)(ctx, x, is_min=bool(is_min))
+  return _handler_call(ctx, _ffi.CPU_TARGET, x, is_min=bool(is_min))
 
 
 def _use_cuda_kernel(aval, method) -> bool:
@@ -54,7 +83,7 @@ def _use_cuda_kernel(aval, method) -> bool:
     return False
   if method == "kernel":
     return True
-  return aval.shape[-1] >= CUDA_MIN_KERNEL_COLS[np.dtype(aval.dtype).name]
+  return _cuda_kernel_wins(aval.shape, aval.dtype)
 
 
 def _cuda_lowering(ctx, x, *, is_min, index_dtype, method):
@@ -63,8 +92,7 @@ def _cuda_lowering(ctx, x, *, is_min, index_dtype, method):
   # The workspace is a second custom-call result: XLA-owned memory assigned at compile time,
   # so the handler allocates nothing at run time and is safe in command buffers.
   workspace = core.ShapedArray((_ffi.cuda_workspace_bytes(),), np.uint8)
-  indices, _ = jax.ffi.ffi_lowering(_ffi.CUDA_TARGET)(
-      ctx.replace(avals_out=[ctx.avals_out[0], workspace]), x, is_min=bool(is_min))
+  indices, _ = _handler_call(ctx, _ffi.CUDA_TARGET, x, [workspace], is_min=bool(is_min))
   return [indices]
 
 

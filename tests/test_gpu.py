@@ -96,14 +96,16 @@ def random_rows(rng, rows, cols, dtype):
 
 # One shape per dispatch path; the planner's choice is asserted, not assumed.
 PATH_CASES = [
-    ("team", 65536, 96),         # teams of lanes, more rows than teams in the grid (row loop)
+    ("team", 300000, 40),        # teams of lanes, more rows than teams in the grid (row loop)
     ("team", 4096, 8),
     ("team", 4096, 4096),
     ("block", 400, 20000),       # one block per row
     ("cluster", 1, 202048),      # one thread block cluster per row (sm_90), merged in DSMEM
     ("cluster", 8, 202049),
-    ("multi_block", 32, 202048),  # several blocks per row, workspace + done counter
-    ("multi_block", 256, 202048),
+    ("cluster", 32, 202048),
+    ("block", 256, 202048),       # enough rows to fill the device: one block each
+    # Several blocks per row through the workspace + done counter: on Hopper only with
+    # clusters off (test_done_counter_path_without_clusters, kernel_check).
 ]
 
 
@@ -146,8 +148,8 @@ def test_done_counter_path_without_clusters(rng, tmp_path):
 
 
 def test_row_loop_really_loops():
-  p = plan(65536, 96, np.float32)
-  assert p["path"] == "team" and p["grid"] * p["block"] // p["team"] < 65536
+  p = plan(300000, 40, np.float32)
+  assert p["path"] == "team" and p["grid"] * p["block"] // p["team"] < 300000
 
 
 WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256,
@@ -155,7 +157,7 @@ WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("rows", [1, 3, 37])
+@pytest.mark.parametrize("rows", [1, 37])
 def test_widths(rows, dtype, rng):
   with x64_for(dtype):
     for cols in WIDTHS:

@@ -69,10 +69,12 @@ int main() {
   void* d_ws = nullptr;
   CHECK(cudaMalloc(&d_ws, ws_bytes));
   struct Case { int64_t rows, cols; };
-  // Team path with rows looped (20000 x 96), team widths, single block, multi block, odd widths.
-  const Case cases[] = {{20000, 96}, {30000, 33}, {4096, 8}, {3, 1}, {5, 2}, {300, 1023},
-                        {4096, 2049}, {600, 4097}, {1, 202049}, {2, 202047}, {8, 131073},
-                        {1, 1 << 21}, {40, 65535}};
+  // Team path with rows looped (400000 x 5: more rows than threads in the wave), team 32,
+  // one block per row, clusters (or, with JAX_ARGREDUCE_DISABLE_CLUSTERS=1, several blocks per
+  // row through the workspace + done counter) incl. a row longer than one scan step, odd widths.
+  const Case cases[] = {{400000, 5}, {70001, 3}, {4096, 8}, {3, 1}, {5, 2}, {1000, 1023},
+                        {300, 4097}, {1, 202049}, {2, 202047}, {8, 131073}, {1, 1 << 21},
+                        {40, 65535}};
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
   int total = 0, bad = 0;
   for (const Case& c : cases) {

@@ -1,0 +1,315 @@
+"""argmax/argmin under JAX transformations and with unusual inputs, against numpy.
+
+jit, vmap (in_axes 0/1/-1, nested), grad through a gather, jvp (float0 tangent), eval_shape,
+x64 on/off, non-contiguous inputs, a 4-device sharded input, numpy inputs, Python scalars and
+0-d arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jax_argreduce import argmax, argmin
+from jax_argreduce._api import _argreduce
+
+OPS = {"argmax": (argmax, np.argmax, jnp.argmax), "argmin": (argmin, np.argmin, jnp.argmin)}
+METHODS = ("public", "kernel", "xla")
+FLOATS = ("float16", "bfloat16", "float32")
+
+
+def _np_dtype(name):
+  return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def _fn(op, method):
+  """argmax/argmin through the public function or one forced path."""
+  if method == "public":
+    return OPS[op][0]
+  is_min = op == "argmin"
+  return lambda x, axis=None, keepdims=False: _argreduce(
+      x, axis, keepdims, is_min=is_min, method=method)
+
+
+def _ref(op, x, axis=None, keepdims=False):
+  x = np.asarray(x)
+  if x.dtype == np.dtype(ml_dtypes.bfloat16):
+    x = x.astype(np.float32)  # exact widening
+  return OPS[op][1](x, axis=axis, keepdims=keepdims)
+
+
+def _data(shape, dtype="float32", seed=0):
+  """Random normal data with ties (repeated max and min), ±0, ±inf and NaNs sprinkled in."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(shape).astype(np.float32)
+  flat = x.reshape(-1)
+  n = flat.size
+  for v in (float(flat.max()), float(flat.min()), 0.0, -0.0, np.inf, -np.inf, np.nan):
+    flat[rng.integers(0, n, size=max(1, n // 60))] = v
+  return x.astype(_np_dtype(dtype))
+
+
+def _clean(shape, seed):
+  """Distinct finite values (for gradients)."""
+  return np.random.default_rng(seed).permutation(np.prod(shape)).reshape(shape).astype(
+      np.float32) / 7 - 3
+
+
+def _assert_same(got, want, want_dtype=None):
+  got_np = np.asarray(got)
+  assert got.shape == np.shape(want), (got.shape, np.shape(want))
+  if want_dtype is not None:
+    assert got.dtype == want_dtype, (got.dtype, want_dtype)
+  np.testing.assert_array_equal(got_np, want)
+
+
+def _index_dtype():
+  return jnp.argmax(jnp.zeros(2)).dtype
+
+
+# ----------------------------------------------------------------------------- jit
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,axis", [((37,), None), ((37,), 0), ((5, 70), 1), ((5, 70), -2),
+                                        ((3, 4, 50), None), ((3, 4, 50), 1), ((2, 3, 4, 5), -1)])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_jit(op, method, dtype, shape, axis, keepdims):
+  x = _data(shape, dtype, seed=len(shape))
+  fn = jax.jit(functools.partial(_fn(op, method), axis=axis, keepdims=keepdims))
+  _assert_same(fn(x), _ref(op, x, axis, keepdims), _index_dtype())
+
+
+def test_jit_static_argnames():
+  x = _data((6, 40))
+  fn = jax.jit(argmax, static_argnames=("axis", "keepdims"))
+  for axis in (None, 0, 1, -1):
+    _assert_same(fn(x, axis=axis, keepdims=True), np.argmax(x, axis=axis, keepdims=True))
+
+
+# ----------------------------------------------------------------------------- vmap
+
+def _loop_ref(op, x, in_axis, axis, keepdims=False):
+  """What vmap(f, in_axes=in_axis)(x) must equal: f applied slice by slice, stacked on axis 0."""
+  return np.stack([_ref(op, np.take(x, i, axis=in_axis), axis, keepdims)
+                   for i in range(x.shape[in_axis])])
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("in_axis", [0, 1, -1])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_vmap(op, method, in_axis, axis):
+  x = _data((4, 6, 33), seed=in_axis % 3 + 7)
+  f = functools.partial(_fn(op, method), axis=axis)
+  _assert_same(jax.vmap(f, in_axes=in_axis)(x), _loop_ref(op, x, in_axis, axis), _index_dtype())
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+def test_vmap_keepdims_under_jit(op, method):
+  x = _data((5, 3, 21), seed=3)
+  f = functools.partial(_fn(op, method), axis=-1, keepdims=True)
+  got = jax.jit(jax.vmap(f, in_axes=1))(x)
+  _assert_same(got, _loop_ref(op, x, 1, -1, keepdims=True))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("outer,inner,axis", [(0, 0, -1), (0, 1, 0), (-1, 0, None), (1, -1, 0),
+                                              (2, 0, 1)])
+def test_nested_vmap(op, method, outer, inner, axis):
+  x = _data((3, 4, 5, 6), seed=(outer % 4) * 10 + inner % 4)
+  f = functools.partial(_fn(op, method), axis=axis)
+  got = jax.vmap(jax.vmap(f, in_axes=inner), in_axes=outer)(x)
+  want = np.stack([_loop_ref(op, np.take(x, i, axis=outer), inner, axis)
+                   for i in range(x.shape[outer])])
+  _assert_same(got, want)
+
+
+# ----------------------------------------------------------------------------- autodiff
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("jit", [False, True])
+def test_grad_through_gather(op, jit):
+  x = _clean((50,), seed=11)
+  x[[5, 40]] = np.max(x) + 1 if op == "argmax" else np.min(x) - 1  # a tie: index 5 wins
+  fn = _fn(op, "public")
+  g = jax.grad(lambda v: v[fn(v)] ** 2)
+  got = np.asarray((jax.jit(g) if jit else g)(x))
+  want = np.zeros_like(x)
+  i = _ref(op, x)
+  assert i == 5
+  want[i] = 2 * x[i]
+  np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+def test_grad_batched_take_along_axis(op, method):
+  x = _clean((7, 30), seed=12)
+  x[2, [4, 9]] = 100 if op == "argmax" else -100  # a tie: index 4 wins
+  fn = _fn(op, method)
+
+  def loss(m):
+    idx = fn(m, axis=1, keepdims=True)
+    return jnp.sum(jnp.take_along_axis(m, idx, axis=1) ** 2)
+
+  got = np.asarray(jax.jit(jax.grad(loss))(x))
+  want = np.zeros_like(x)
+  rows, cols = np.arange(7), _ref(op, x, axis=1)
+  want[rows, cols] = 2 * x[rows, cols]
+  np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+def test_grad_of_vmapped(op, method):
+  """grad of a vmapped gather (batching rule + JVP rule together)."""
+  x = _clean((6, 25), seed=13)
+  fn = _fn(op, method)
+  g = jax.grad(lambda m: jnp.sum(jax.vmap(lambda r: r[fn(r)] * r[0])(m)))(x)
+  want = np.zeros_like(x)
+  rows, cols = np.arange(6), _ref(op, x, axis=1)
+  np.add.at(want, (rows, cols), x[:, 0])
+  np.add.at(want, (rows, np.zeros(6, int)), x[rows, cols])
+  np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (1, False), (0, True)])
+def test_jvp_float0_tangent(op, method, axis, keepdims):
+  x = _data((4, 9), seed=14)
+  f = functools.partial(_fn(op, method), axis=axis, keepdims=keepdims)
+  primal, tangent = jax.jvp(f, (x,), (np.ones_like(x),))
+  _assert_same(primal, _ref(op, x, axis, keepdims), _index_dtype())
+  assert tangent.dtype == jax.dtypes.float0
+  assert tangent.shape == primal.shape
+
+
+# ----------------------------------------------------------------------------- abstract eval
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", FLOATS + ("float64",))
+@pytest.mark.parametrize("shape,axis", [((7,), None), ((7,), -1), ((2, 3, 5), None),
+                                        ((2, 3, 5), 0), ((2, 3, 5), 1), ((2, 3, 5), -1),
+                                        ((4, 1, 6, 2), -3)])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_eval_shape(op, dtype, shape, axis, keepdims, x64_mode):
+  spec = jax.ShapeDtypeStruct(shape, _np_dtype(dtype))
+  kw = dict(axis=axis, keepdims=keepdims)
+  got = jax.eval_shape(functools.partial(OPS[op][0], **kw), spec)
+  want = jax.eval_shape(functools.partial(OPS[op][2], **kw), spec)
+  assert (got.shape, got.dtype) == (want.shape, want.dtype)
+  assert got.shape == np.argmax(np.zeros(shape), **kw).shape
+  assert got.dtype == (np.int64 if x64_mode else np.int32)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", FLOATS + ("float64",))
+def test_x64_index_dtype(op, method, dtype, x64_mode):
+  x = _data((3, 20), dtype, seed=15)
+  want_dtype = np.dtype(np.int64 if x64_mode else np.int32)
+  assert OPS[op][2](jnp.asarray(x), axis=1).dtype == want_dtype  # what jnp returns
+  fn = _fn(op, method)
+  for out in (fn(x, axis=1), jax.jit(functools.partial(fn, axis=1))(x)):
+    # float64 input is truncated to float32 with x64 off, as for jnp; the result must be
+    # numpy's on what jax actually holds.
+    _assert_same(out, _ref(op, np.asarray(jnp.asarray(x)), axis=1), want_dtype)
+
+
+# ----------------------------------------------------------------------------- layouts
+
+_VIEWS = {
+    "transpose": lambda a: a.T,
+    "cols_step2": lambda a: a[:, ::2],
+    "offset": lambda a: a[1:, 3:],
+    "reversed": lambda a: a[::-1],
+    "reversed_cols": lambda a: a[:, ::-3],
+    "swapaxes3": lambda a: a.reshape(a.shape[0], 2, -1).swapaxes(0, 2),
+}
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("view", _VIEWS)
+@pytest.mark.parametrize("axis", [None, 0, -1])
+@pytest.mark.parametrize("where", ["numpy_view", "jnp_eager", "inside_jit"])
+def test_non_contiguous(op, view, axis, where):
+  base = _data((9, 64), seed=16)
+  ref_input = _VIEWS[view](base)
+  assert not ref_input.flags.c_contiguous  # numpy really makes strided views
+  want = _ref(op, ref_input, axis)
+  f = functools.partial(OPS[op][0], axis=axis)
+  if where == "numpy_view":
+    got = f(ref_input)
+  elif where == "jnp_eager":
+    got = f(_VIEWS[view](jnp.asarray(base)))
+  else:
+    got = jax.jit(lambda b: f(_VIEWS[view](b)))(base)
+  _assert_same(got, want)
+
+
+# ----------------------------------------------------------------------------- sharding
+
+_LAYOUTS = {  # name -> (mesh shape, mesh axis names, array shape, partition spec)
+    "rows": ((4,), ("x",), (16, 1000), P("x", None)),
+    "rows_and_cols": ((2, 2), ("x", "y"), (8, 1000), P("x", "y")),
+    "cols": ((4,), ("x",), (6, 1000), P(None, "x")),
+    "middle_of_3d": ((4,), ("x",), (3, 8, 500), P(None, "x", None)),
+}
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("axis", [-1, 0, None])
+@pytest.mark.parametrize("layout", _LAYOUTS)
+def test_sharded(op, method, axis, layout):
+  """Input sharded over 4 CPU devices (rows, and the reduction axis too): jit(argmax) == numpy."""
+  if jax.device_count() < 4:
+    pytest.skip(f"needs 4 devices (XLA_FLAGS from conftest), have {jax.device_count()}")
+  mesh_shape, names, shape, spec = _LAYOUTS[layout]
+  mesh = Mesh(np.array(jax.devices()[:4]).reshape(mesh_shape), names)
+  x = _data(shape, seed=17)
+  x.reshape(-1, shape[-1])[1, shape[-1] // 2 + 3:] = np.nan  # NaNs in some shards only
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  assert len({s.device for s in xs.addressable_shards}) == 4
+  got = jax.jit(functools.partial(_fn(op, method), axis=axis))(xs)
+  _assert_same(got, _ref(op, x, axis), _index_dtype())
+
+
+# ----------------------------------------------------------------------------- input kinds
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", FLOATS + ("float64",))
+def test_numpy_input(op, dtype, x64):
+  with x64(dtype == "float64"):
+    x = _data((8, 13), dtype, seed=18)
+    for axis in (None, 0, 1):
+      _assert_same(OPS[op][0](x, axis=axis), _ref(op, x, axis), _index_dtype())
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("value", [3.5, -2.0, float("nan"), float("-inf"), 7, True,
+                                   np.float32(2.5), np.float16(-1), np.array(1.0),
+                                   np.array(np.nan, np.float32), "jnp_scalar", "bf16_scalar"],
+                         ids=lambda v: repr(v) if not isinstance(v, str) else v)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_scalars(op, value, keepdims):
+  if isinstance(value, str):
+    value = jnp.array(4.0) if value == "jnp_scalar" else jnp.array(-4.0, jnp.bfloat16)
+  got = OPS[op][0](value, keepdims=keepdims)
+  want = OPS[op][1](np.asarray(value), keepdims=keepdims)
+  assert want == 0
+  _assert_same(got, want, OPS[op][2](value, keepdims=keepdims).dtype)
+  # with an explicit axis the 0-d input is out of range, as in numpy and jnp
+  with pytest.raises(IndexError):
+    OPS[op][0](value, axis=0)
