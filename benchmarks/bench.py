@@ -315,7 +315,7 @@ def launch_plan(g, gpu: bool):
     from jax_argreduce import _ffi, _primitive
     if not _ffi.HAS_CUDA:
       return {"path": "xla (package built without CUDA)"}
-    plan = _ffi.cuda_launch_plan(g.rows, g.cols, g.dtype)
+    plan = _ffi.cuda_launch_plan(g.rows, g.cols, g.dtype, g.op == "argmin")
     plan["auto_uses_kernel"] = _primitive._cuda_kernel_wins((g.rows, g.cols), g.dtype)
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in plan.items()}
   except Exception as e:  # noqa: BLE001 - informational

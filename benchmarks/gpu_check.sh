@@ -2,7 +2,7 @@
 # One call on the GPU machine: build for sm_90, then (by stage) the benchmark, the example
 # decode loop with --compare, and the GPU tests against numpy (pytest -m gpu, incl. the
 # compute-sanitizer run). Logs and results under $OUT (or ./out), a short summary last.
-#   benchmarks/gpu_check.sh [all|test|example|bench] [extra bench.py args...]
+#   benchmarks/gpu_check.sh [all|test|example|bench|ncu] [extra bench.py args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -45,6 +45,14 @@ if [[ $stage == all || $stage == test ]]; then
     tests > "$OUT/pytest_gpu.log" 2>&1
   rc=$(( rc | $? ))
   tail -25 "$OUT/pytest_gpu.log"
+fi
+if [[ $stage == ncu ]]; then
+  echo "== ncu (our kernels, second launch of each case)" | tee -a "$log"
+  ncu --clock-control none -k regex:'(Team|Block|Cluster)Kernel' --launch-skip-before-match 0 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    python3 benchmarks/ncu_profile.py > "$OUT/ncu.log" 2>&1
+  rc=$(( rc | $? ))
+  grep -E "Kernel<|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size|Cluster Size|Stall|One or More|Issued Warp" "$OUT/ncu.log" | head -150
 fi
 echo "== summary (exit $rc)"
 grep -hE "^[0-9]+ (passed|failed)|passed|failed" "$OUT/pytest_gpu.log" 2>/dev/null | tail -1

@@ -1,7 +1,8 @@
 // CUDA FFI handler: decodes the buffers, takes the stream and the workspace from XLA, and
-// calls the raw-pointer launcher. The workspace is an extra output of the custom call (sized by
-// ArgReduceWorkspaceBytes at lowering time), not a run-time allocation, so the handler is safe
-// to capture in XLA command buffers: every replay gets the workspace XLA assigned.
+// calls the raw-pointer launcher. The workspace is an extra output of the custom call
+// (kArgReduceWorkspaceBytes, fixed at lowering time), not a run-time allocation, so the
+// handler is safe to capture in XLA command buffers: every replay gets the workspace XLA
+// assigned.
 #include "argreduce_cuda.h"
 
 #include <string>

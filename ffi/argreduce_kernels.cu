@@ -5,13 +5,16 @@
 // combine step is a total order on (key, index), every reduction order gives the same answer:
 // the result is exactly numpy's, whatever the launch geometry.
 //
-// Two kernels:
+// Three kernels:
 //   TeamKernel<kTeam>: kTeam lanes (1..32) share a row; for narrow and medium rows, many rows.
-//   BlockKernel: one block per row (blocks loop over rows) or several blocks per row. With
-//     several, each block writes its partial to the workspace, __threadfence()s, and bumps the
-//     row's done counter; the block that sees the count reach blocks_per_row - 1 is the last,
-//     and it alone reduces the row's partials and writes the index. The handler zeroes the
-//     counters on the stream before the launch (the workspace is XLA's, its contents arbitrary).
+//   ClusterKernel (sm_90+): few wide rows; a thread block cluster of 1-16 blocks of 1024
+//     threads per row, merged through distributed shared memory. One launch, no workspace.
+//   BlockKernel: one block per row (blocks loop over rows) or, without clusters, several
+//     blocks per row. With several, each block writes its partial to the workspace,
+//     __threadfence()s, and bumps the row's done counter; the block that sees the count reach
+//     blocks_per_row - 1 is the last, and it alone reduces the row's partials and writes the
+//     index. The handler zeroes the counters on the stream before the launch (the workspace is
+//     XLA's, its contents arbitrary).
 //
 // Overflow: a row has at most INT32_MAX columns. Positions inside a row are 32-bit and the
 // scan is written with differences (`remaining = n - v`, offsets formed only once checked to
@@ -327,6 +330,8 @@ __global__ void __launch_bounds__(kClusterBlockThreads)
     q = WarpReduce<kWarpSize>(q);
     if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, q.index);
   }
+#else
+  __trap();  // the planner never picks clusters below sm_90
 #endif
 }
 
@@ -376,11 +381,11 @@ cudaError_t GetBlocksPerSm(int device, const void* kernel, int* blocks) {
   return cudaSuccess;
 }
 
-// How many clusters of 2, 4, 8 and 16 blocks of `kernel` the device holds at once (16 needs
-// the non-portable opt-in, which this sets on the kernel); all 0 before sm_90 or when
+// How many clusters of 1, 2, 4, 8 and 16 blocks of `kernel` the device holds at once (16
+// needs the non-portable opt-in, which this sets on the kernel); all 0 before sm_90 or when
 // JAX_ARGREDUCE_DISABLE_CLUSTERS=1 (benchmark A/B switch). Read once per device and kernel.
 struct ClusterFit {
-  int active[5] = {0, 0, 0, 0, 0};  // index i: clusters of 1 << i blocks (i >= 1)
+  int active[5] = {0, 0, 0, 0, 0};  // index i: clusters of 1 << i blocks
 };
 
 cudaError_t GetClusterFit(int device, int major, const void* kernel, ClusterFit* fit) {
@@ -399,8 +404,8 @@ cudaError_t GetClusterFit(int device, int major, const void* kernel, ClusterFit*
     const bool non_portable =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
         cudaSuccess;
-    cudaGetLastError();  // a refusal only rules out 16
-    for (int i = 1; i <= 4; ++i) {
+    if (!non_portable) cudaGetLastError();  // clear our own refusal: it only rules out 16
+    for (int i = 0; i <= 4; ++i) {
       const int size = 1 << i;
       if (size > 8 && !non_portable) continue;
       cudaLaunchConfig_t config = {};
@@ -415,7 +420,7 @@ cudaError_t GetClusterFit(int device, int major, const void* kernel, ClusterFit*
       config.numAttrs = 1;
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-        cudaGetLastError();
+        cudaGetLastError();  // clear our own failure: this size is simply not used
         clusters = 0;
       }
       f.active[i] = clusters;
@@ -434,6 +439,10 @@ size_t WorkspaceLayout(int64_t blocks, size_t* counters_offset) {
   *counters_offset = static_cast<size_t>(blocks) * sizeof(ArgPair<Key>);
   return *counters_offset + static_cast<size_t>(blocks) * sizeof(uint32_t);
 }
+
+static_assert(kArgReduceWorkspaceBytes >=
+                  kMaxMultiBlockGrid * (sizeof(ArgPair<int64_t>) + sizeof(uint32_t)) + 16,
+              "the workspace holds a partial and a counter per block, +16 to align by hand");
 
 struct DeviceCaps {
   int sms;
@@ -463,17 +472,17 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
   } else {
     plan.blocks_per_row = static_cast<int>(std::max<int64_t>(
         1, std::min(CeilDiv(threads_per_row, kBlockThreads), capacity_blocks / rows)));
-    // Largest cluster whose clusters all fit at once, one per row; no bigger than the row
-    // can feed.
+    // Largest cluster whose clusters all fit at once, one per row, no bigger than the row can
+    // feed; size 1 (one 1024-thread block per row) while the rows fit in one wave.
     int cluster = 0;
-    for (int i = 4; i >= 1 && cluster == 0; --i) {
+    const int64_t blocks_fed = CeilDiv(useful, kClusterBlockThreads);
+    for (int i = 4; i >= 0 && cluster == 0; --i) {
       const int size = 1 << i;
-      if (rows <= caps.clusters.active[i] &&
-          (size == 2 || CeilDiv(useful, kClusterBlockThreads) > size / 2)) {
+      if (rows <= caps.clusters.active[i] && (size == 1 || blocks_fed > size / 2)) {
         cluster = size;
       }
     }
-    const bool has_clusters = caps.clusters.active[1] > 0;
+    const bool has_clusters = caps.clusters.active[0] > 0;
     if (plan.blocks_per_row == 1) {
       plan.grid = std::min(rows, capacity_blocks);
     } else if (cluster > 0) {
@@ -482,12 +491,16 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
       plan.blocks_per_row = cluster;
       plan.block = kClusterBlockThreads;
       plan.grid = rows * cluster;
-    } else if (has_clusters && 2 * rows >= caps.sms) {
-      // Enough rows to fill the device with one block each: no workspace, no memset.
+    } else if (has_clusters || rows * 2 > kMaxMultiBlockGrid) {
+      // More rows than one wave of clusters: one 256-thread block each (no workspace, no
+      // memset); also the fallback when the workspace cannot hold two partials per row.
       plan.blocks_per_row = 1;
       plan.grid = std::min(rows, capacity_blocks);
     } else {
-      plan.grid = rows * plan.blocks_per_row;  // <= capacity_blocks
+      // Pre-sm_90: several blocks per row through the workspace and the done counter.
+      plan.blocks_per_row = static_cast<int>(
+          std::min<int64_t>(plan.blocks_per_row, kMaxMultiBlockGrid / rows));
+      plan.grid = rows * plan.blocks_per_row;  // <= kMaxMultiBlockGrid
       size_t counters_offset = 0;
       plan.workspace_bytes = format == Format::kF64
                                  ? WorkspaceLayout<int64_t>(plan.grid, &counters_offset)
@@ -507,14 +520,8 @@ cudaError_t LaunchTyped(const LaunchPlan& plan, cudaStream_t stream, const void*
   const dim3 grid(static_cast<unsigned>(plan.grid));
   const dim3 block(plan.block);
   if (plan.cluster > 0) {
-    const void* kernel = reinterpret_cast<const void*>(&ClusterKernel<F, kIsMin>);
-    int device = 0, major = 0;
-    ClusterFit fit;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (err == cudaSuccess) err = GetClusterFit(device, major, kernel, &fit);  // sets the opt-in
-    if (err != cudaSuccess) return err;
-    if (plan.cluster > kMaxClusterBlocks) return cudaErrorInvalidConfiguration;
+    // The planner set the non-portable cluster opt-in on this very kernel (GetClusterFit).
+    cudaError_t err;
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = block;
@@ -577,22 +584,28 @@ cudaError_t LaunchFormat(const LaunchPlan& plan, cudaStream_t stream, bool is_mi
                                         workspace);
 }
 
-template <Format F>
+template <Format F, bool kIsMin>
 cudaError_t GetCaps(int device, const DeviceInfo& info, DeviceCaps* caps) {
   caps->sms = info.sms;
   // Every 256-thread kernel shares ScanRow and has about the same register count: the block
-  // kernel's occupancy stands for all of them.
+  // kernel's occupancy stands for all of them. Clusters: the exact kernel that will launch.
   cudaError_t err = GetBlocksPerSm(
-      device, reinterpret_cast<const void*>(&BlockKernel<F, false>), &caps->blocks_per_sm);
+      device, reinterpret_cast<const void*>(&BlockKernel<F, kIsMin>), &caps->blocks_per_sm);
   if (err != cudaSuccess) return err;
   return GetClusterFit(device, info.major,
-                       reinterpret_cast<const void*>(&ClusterKernel<F, false>),
+                       reinterpret_cast<const void*>(&ClusterKernel<F, kIsMin>),
                        &caps->clusters);
+}
+
+template <Format F>
+cudaError_t GetCaps(int device, const DeviceInfo& info, bool is_min, DeviceCaps* caps) {
+  return is_min ? GetCaps<F, true>(device, info, caps) : GetCaps<F, false>(device, info, caps);
 }
 
 }  // namespace
 
-cudaError_t PlanArgReduce(Format format, int64_t rows, int64_t cols, LaunchPlan* plan) {
+cudaError_t PlanArgReduce(Format format, bool is_min, int64_t rows, int64_t cols,
+                          LaunchPlan* plan) {
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -601,33 +614,13 @@ cudaError_t PlanArgReduce(Format format, int64_t rows, int64_t cols, LaunchPlan*
   if (err != cudaSuccess) return err;
   DeviceCaps caps;
   switch (format) {
-    case Format::kF16: err = GetCaps<Format::kF16>(device, info, &caps); break;
-    case Format::kBF16: err = GetCaps<Format::kBF16>(device, info, &caps); break;
-    case Format::kF32: err = GetCaps<Format::kF32>(device, info, &caps); break;
-    case Format::kF64: err = GetCaps<Format::kF64>(device, info, &caps); break;
+    case Format::kF16: err = GetCaps<Format::kF16>(device, info, is_min, &caps); break;
+    case Format::kBF16: err = GetCaps<Format::kBF16>(device, info, is_min, &caps); break;
+    case Format::kF32: err = GetCaps<Format::kF32>(device, info, is_min, &caps); break;
+    case Format::kF64: err = GetCaps<Format::kF64>(device, info, is_min, &caps); break;
   }
   if (err != cudaSuccess) return err;
   *plan = MakePlan(caps, format, rows, cols);
-  return cudaSuccess;
-}
-
-cudaError_t ArgReduceWorkspaceBytes(size_t* bytes) {
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) return err;
-  int64_t capacity_blocks = 1;
-  for (int device = 0; device < count; ++device) {
-    DeviceInfo info;
-    err = GetDeviceInfo(device, &info);
-    if (err != cudaSuccess) return err;
-    // An upper bound on resident 256-thread blocks, whatever the kernel's registers.
-    capacity_blocks = std::max<int64_t>(
-        capacity_blocks,
-        static_cast<int64_t>(info.sms) * std::max(1, info.max_threads_per_sm / kBlockThreads));
-  }
-  size_t counters_offset = 0;
-  // The widest pair (int64 keys) bounds every format; +16 for aligning by hand.
-  *bytes = WorkspaceLayout<int64_t>(capacity_blocks, &counters_offset) + 16;
   return cudaSuccess;
 }
 
@@ -637,7 +630,7 @@ cudaError_t LaunchArgReduce(cudaStream_t stream, Format format, bool is_min, con
   if (rows == 0) return cudaSuccess;
   if (cols < 1 || cols > INT32_MAX) return cudaErrorInvalidValue;
   LaunchPlan plan;
-  cudaError_t err = PlanArgReduce(format, rows, cols, &plan);
+  cudaError_t err = PlanArgReduce(format, is_min, rows, cols, &plan);
   if (err != cudaSuccess) return err;
   // XLA buffers are aligned; align by hand anyway rather than trust it.
   const uintptr_t raw = reinterpret_cast<uintptr_t>(workspace);

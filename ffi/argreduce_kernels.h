@@ -29,21 +29,28 @@ struct LaunchPlan {
   int cluster = 0;
   int64_t grid = 0;            // blocks launched
   int block = kBlockThreads;   // threads per block
-  int vector_elements = 0;     // elements per 16-byte load
-  int64_t row_step = 0;        // elements of a row one pass of the scan loop covers
+  int vector_elements = 0;     // elements per 16-byte load (reported, for tests/benchmarks)
+  int64_t row_step = 0;        // elements one pass of the scan loop covers (reported)
   size_t workspace_bytes = 0;  // workspace the launch uses (multi-block rows only)
 };
 
-// Launch geometry for `rows` x `cols` elements of `format` on the current device: one wave of
-// threads over the device, each thread with at least max(4, vector_elements) elements.
-cudaError_t PlanArgReduce(Format format, int64_t rows, int64_t cols, LaunchPlan* plan);
+// Blocks a multi-block (done-counter) launch may use at most; bounds the workspace.
+inline constexpr int64_t kMaxMultiBlockGrid = 4096;
 
-// Workspace bytes that suffice for any shape on any visible device (a few tens of KB).
-cudaError_t ArgReduceWorkspaceBytes(size_t* bytes);
+// Workspace bytes that suffice for any shape on any device: one partial (int64 key + index)
+// and one counter per block of kMaxMultiBlockGrid, +16 to align by hand. A constant, so the
+// lowering needs no GPU and an exported program runs on any GPU.
+inline constexpr size_t kArgReduceWorkspaceBytes = kMaxMultiBlockGrid * (16 + 4) + 16;
+
+// Launch geometry for `rows` x `cols` elements of `format` (argmin when is_min) on the current
+// device: one wave of threads over the device, each thread with at least max(4,
+// vector_elements) elements.
+cudaError_t PlanArgReduce(Format format, bool is_min, int64_t rows, int64_t cols,
+                          LaunchPlan* plan);
 
 // indices[r] = argmax (or argmin) of row r of x, x being `rows` x `cols` row-major elements
 // of `format` (1 <= cols <= INT32_MAX). Indices are int64 when index_is_int64, else int32.
-// `workspace` must be ArgReduceWorkspaceBytes() bytes of device memory; its contents on entry
+// `workspace` must be kArgReduceWorkspaceBytes bytes of device memory; its contents on entry
 // do not matter. Returns the first CUDA error (launch or configuration).
 cudaError_t LaunchArgReduce(cudaStream_t stream, Format format, bool is_min, const void* x,
                             int64_t rows, int64_t cols, void* indices, bool index_is_int64,

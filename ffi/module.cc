@@ -53,14 +53,12 @@ NB_MODULE(_argreduce, m) {
   }, "FFI targets: {name: (platform, handler capsule)}.");
 #ifdef JAX_ARGREDUCE_WITH_CUDA
   m.attr("has_cuda") = true;
-  m.def("cuda_workspace_bytes", []() {
-    size_t bytes = 0;
-    ThrowIfError(ArgReduceWorkspaceBytes(&bytes));
-    return bytes;
-  }, "Workspace bytes the CUDA handler needs, for any shape on any visible device.");
-  m.def("cuda_launch_plan", [](int64_t rows, int64_t cols, const std::string& dtype) {
+  // Workspace bytes the CUDA handler needs: a constant, for any shape on any GPU.
+  m.attr("cuda_workspace_bytes") = kArgReduceWorkspaceBytes;
+  m.def("cuda_launch_plan", [](int64_t rows, int64_t cols, const std::string& dtype,
+                               bool is_min) {
     LaunchPlan plan;
-    ThrowIfError(PlanArgReduce(FormatFromName(dtype), rows, cols, &plan));
+    ThrowIfError(PlanArgReduce(FormatFromName(dtype), is_min, rows, cols, &plan));
     nb::dict d;
     d["path"] = plan.team > 0            ? "team"
                 : plan.cluster > 0         ? "cluster"
@@ -75,7 +73,7 @@ NB_MODULE(_argreduce, m) {
     d["row_step"] = plan.row_step;
     d["workspace_bytes"] = plan.workspace_bytes;
     return d;
-  }, nb::arg("rows"), nb::arg("cols"), nb::arg("dtype"),
+  }, nb::arg("rows"), nb::arg("cols"), nb::arg("dtype"), nb::arg("is_min") = false,
      "Launch geometry the CUDA handler uses for rows x cols of dtype on the current device.");
 #else
   m.attr("has_cuda") = false;

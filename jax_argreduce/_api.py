@@ -70,8 +70,9 @@ def argmax(x, axis: int | None = None, keepdims: bool = False) -> jax.Array:
 
   Args:
     x: array of any shape. float16, bfloat16, float32 and float64 run on the jax_argreduce
-      FFI handlers (CUDA kernels on GPU, a CPU handler on CPU; narrow rows on GPU through an
-      exact XLA path); other dtypes are passed to ``jnp.argmax``.
+      FFI handlers (CUDA kernels on GPU, a CPU handler on CPU; on GPU, float32/float64 shapes
+      where XLA's reduction measured faster take an exact XLA path); other dtypes are passed
+      to ``jnp.argmax``.
     axis: the reduction axis (negative counts from the end), or None for the flattened array.
     keepdims: keep the reduced axis as a dimension of size 1.
 

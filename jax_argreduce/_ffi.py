@@ -7,8 +7,6 @@ a CUDA compiler; ``HAS_CUDA`` says which.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 
 from jax_argreduce import _argreduce
@@ -33,12 +31,11 @@ def _register_all() -> None:
 _register_all()
 
 
-@functools.cache
-def cuda_workspace_bytes() -> int:
-  """Bytes of XLA workspace the CUDA handler needs (any shape, any visible GPU)."""
-  return int(_argreduce.cuda_workspace_bytes())
+# Bytes of XLA workspace the CUDA handler takes (a constant: any shape, any GPU).
+CUDA_WORKSPACE_BYTES: int = int(getattr(_argreduce, "cuda_workspace_bytes", 0))
 
 
-def cuda_launch_plan(rows: int, cols: int, dtype: str) -> dict:
-  """Launch geometry the CUDA handler uses for a [rows, cols] input (for benchmarks)."""
-  return dict(_argreduce.cuda_launch_plan(int(rows), int(cols), str(dtype)))
+def cuda_launch_plan(rows: int, cols: int, dtype: str, is_min: bool = False) -> dict:
+  """Launch geometry the CUDA handler uses for a [rows, cols] input on the current GPU (for
+  tests and benchmarks). Raises RuntimeError without a usable GPU."""
+  return dict(_argreduce.cuda_launch_plan(int(rows), int(cols), str(dtype), bool(is_min)))

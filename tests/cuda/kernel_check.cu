@@ -64,17 +64,17 @@ int64_t Reference(const std::vector<double>& row, bool is_min) {
 int main() {
   std::mt19937_64 rng(20261130);
   std::normal_distribution<double> normal;
-  size_t ws_bytes = 0;
-  CHECK(ArgReduceWorkspaceBytes(&ws_bytes));
+  const size_t ws_bytes = kArgReduceWorkspaceBytes;
   void* d_ws = nullptr;
   CHECK(cudaMalloc(&d_ws, ws_bytes));
   struct Case { int64_t rows, cols; };
   // Team path with rows looped (400000 x 5: more rows than threads in the wave), team 32,
   // one block per row, clusters (or, with JAX_ARGREDUCE_DISABLE_CLUSTERS=1, several blocks per
-  // row through the workspace + done counter) incl. a row longer than one scan step, odd widths.
+  // row through the workspace + done counter) incl. a row longer than one scan step, one
+  // 1024-thread block per row (100 x 20001), odd widths.
   const Case cases[] = {{400000, 5}, {70001, 3}, {4096, 8}, {3, 1}, {5, 2}, {1000, 1023},
                         {300, 4097}, {1, 202049}, {2, 202047}, {8, 131073}, {1, 1 << 21},
-                        {40, 65535}};
+                        {40, 65535}, {100, 20001}};
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
   int total = 0, bad = 0;
   for (const Case& c : cases) {
@@ -128,7 +128,7 @@ int main() {
             }
           }
           LaunchPlan plan;
-          CHECK(PlanArgReduce(f, c.rows, c.cols, &plan));
+          CHECK(PlanArgReduce(f, is_min, c.rows, c.cols, &plan));
           std::printf("%-8lld x %-8lld fmt=%d min=%d i64=%d off=%lld team=%d bpr=%d grid=%lld: %s\n",
                       (long long)c.rows, (long long)c.cols, (int)f, is_min, idx64,
                       (long long)offset, plan.team, plan.blocks_per_row, (long long)plan.grid,
