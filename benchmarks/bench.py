@@ -596,23 +596,30 @@ def rows_for_report(res, args):
   return out
 
 
+
+def _row_cells(r, torch: bool, markdown: bool) -> list[str]:
+  """One result row's cells, for the console table or (markdown) BENCHMARKS.md."""
+  op = r["op"] if r["method"] == "auto" else (
+      f"{r['op']} [{r['method']}]" if markdown else f"{r['op']}[{r['method']}]")
+  sep = " / " if markdown else "/"
+  mismatch = " **MISMATCH**" if markdown else " MISMATCH"
+  cells = [r["shape"], r["dtype"] if markdown else SHORT[r["dtype"]], op,
+           _fmt(r["ours_span_us"]), _fmt(r["jnp_span_us"]), _fmt(r["ratio_span"]),
+           _fmt(r["ours_sum_us"]), f"{_fmt(r['ours_kernels'], 'd')}/{_fmt(r['jnp_kernels'], 'd')}",
+           f"{_fmt(r['ours_wall_us'], '.1f')}{sep}{_fmt(r['jnp_wall_us'], '.1f')}",
+           _fmt(r["gbps"], ".0f"), _fmt(r["pct_copy_bw"], ".0f"),
+           r["geometry"] + ("" if r["match"] in (True, None) else mismatch)]
+  if torch:
+    cells.insert(5, _fmt(r["torch_us"]))
+  return cells
+
+
 def print_table(rows, res, args):
   hdr = ["shape", "dtype", "op", "ours µs", "jnp µs", "jnp/ours", "ours sum", "#k o/j",
          "wall o/j µs", "GB/s", "%copy", "path/geometry"]
   if args.torch:
     hdr.insert(5, "torch µs")
-  lines = []
-  for r in rows:
-    op = r["op"] if r["method"] == "auto" else f"{r['op']}[{r['method']}]"
-    cells = [r["shape"], SHORT[r["dtype"]], op, _fmt(r["ours_span_us"]), _fmt(r["jnp_span_us"]),
-             _fmt(r["ratio_span"]), _fmt(r["ours_sum_us"]),
-             f"{_fmt(r['ours_kernels'], 'd')}/{_fmt(r['jnp_kernels'], 'd')}",
-             f"{_fmt(r['ours_wall_us'], '.1f')}/{_fmt(r['jnp_wall_us'], '.1f')}",
-             _fmt(r["gbps"], ".0f"), _fmt(r["pct_copy_bw"], ".0f"),
-             r["geometry"] + ("" if r["match"] in (True, None) else " MISMATCH")]
-    if args.torch:
-      cells.insert(5, _fmt(r["torch_us"]))
-    lines.append(cells)
+  lines = [_row_cells(r, args.torch, markdown=False) for r in rows]
   widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h)
             for i, h in enumerate(hdr)]
   fmt_row = lambda cells: "  ".join(c.rjust(w) if 2 < i < len(cells) - 1 else c.ljust(w)
@@ -768,16 +775,7 @@ def write_markdown(path, res, rows, targets, args, plot_name):
     hdr.insert(5, "torch µs")
   L += ["## Results", "", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
   for r in rows:
-    op = r["op"] if r["method"] == "auto" else f"{r['op']} [{r['method']}]"
-    cells = [r["shape"], r["dtype"], op, _fmt(r["ours_span_us"]), _fmt(r["jnp_span_us"]),
-             _fmt(r["ratio_span"]), _fmt(r["ours_sum_us"]),
-             f"{_fmt(r['ours_kernels'], 'd')}/{_fmt(r['jnp_kernels'], 'd')}",
-             f"{_fmt(r['ours_wall_us'], '.1f')} / {_fmt(r['jnp_wall_us'], '.1f')}",
-             _fmt(r["gbps"], ".0f"), _fmt(r["pct_copy_bw"], ".0f"),
-             r["geometry"] + ("" if r["match"] in (True, None) else " **MISMATCH**")]
-    if args.torch:
-      cells.insert(5, _fmt(r["torch_us"]))
-    L.append("| " + " | ".join(cells) + " |")
+    L.append("| " + " | ".join(_row_cells(r, args.torch, markdown=True)) + " |")
   L += ["", "## SPEC §4 targets", "",
         "Computed from the numbers above (argmax unless stated, method auto, trace span).", ""]
   for t in targets:

@@ -229,7 +229,17 @@ class _Bar:
     sys.stderr.flush()
 
 
+class _NoBar:
+  def update(self, n: int = 1):
+    pass
+
+  def close(self):
+    pass
+
+
 def progress_bar(total: int, desc: str):
+  if not sys.stderr.isatty():
+    return _NoBar()  # no carriage returns in logs
   sys.stdout.flush()  # the bar goes to stderr: keep the lines printed so far above it
   try:
     from tqdm import tqdm
@@ -310,25 +320,27 @@ def _parser() -> argparse.ArgumentParser:
       description=__doc__.split("\n\n")[0],
       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
   m = p.add_argument_group("model")
-  m.add_argument("--vocab", type=int, default=202048)
-  m.add_argument("--dim", type=int, default=64)
-  m.add_argument("--layers", type=int, default=2)
-  m.add_argument("--heads", type=int, default=2)
+  m.add_argument("--vocab", type=int, default=202048, help="vocabulary size (logits per row)")
+  m.add_argument("--dim", type=int, default=64, help="model width")
+  m.add_argument("--layers", type=int, default=2, help="transformer blocks")
+  m.add_argument("--heads", type=int, default=2, help="attention heads (must divide --dim)")
   m.add_argument("--tied", action="store_true", help="tie the LM head to the embedding")
   m.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                 help="model dtype (default float32); with --logits, cast the logits to it "
-                      "(default: the file's dtype)")
+                 help="model dtype (float32 when not given); with --logits, cast the logits "
+                      "to it (the file's dtype when not given)")
   d = p.add_argument_group("decoding")
-  d.add_argument("--batch", type=int, default=2)
-  d.add_argument("--prompt-len", type=int, default=8)
+  d.add_argument("--batch", type=int, default=2, help="sequences decoded together")
+  d.add_argument("--prompt-len", type=int, default=8, help="random prompt tokens per sequence")
   d.add_argument("--steps", type=int, default=16, help="tokens generated per sequence")
-  d.add_argument("--mode", choices=("greedy", "sample"), default="greedy")
+  d.add_argument("--mode", choices=("greedy", "sample"), default="greedy",
+                 help="argmax of the logits, or Gumbel-max sampling at --temperature")
   d.add_argument("--temperature", type=float, default=1.0, help="sample mode only")
   d.add_argument("--seed", type=int, default=0, help="weights, prompt and sampling keys")
   d.add_argument("--compare", action="store_true",
                  help="also run with jnp.argmax and report speed and agreement")
   d.add_argument("--logits", metavar="FILE.npy",
-                 help="pick from saved logits [rows, vocab] or [vocab] instead of the model")
+                 help="pick from saved logits [rows, vocab] or [vocab] instead of the model "
+                      "(model and decoding sizes are then ignored)")
   return p
 
 
@@ -336,7 +348,8 @@ def _device_line() -> str:
   dev = jax.devices()[0]
   return (f"backend {jax.default_backend()}, device {dev.device_kind} ({dev}), "
           f"{jax.device_count()} device(s); jax {jax.__version__}, "
-          f"jax_argreduce {jax_argreduce.__version__} (built with CUDA handlers: {jax_argreduce.HAS_CUDA})")
+          f"jax_argreduce {jax_argreduce.__version__} (CUDA handler compiled in: "
+          f"{'yes' if jax_argreduce.HAS_CUDA else 'no'})")
 
 
 def _speed_line(name: str, gen: Generation, batch: int) -> str:
@@ -375,11 +388,15 @@ def run_model(args) -> int:
   gens = {}
   # With --compare every picker runs twice, in turn, and the second runs are reported: the
   # first run of the process would otherwise also pay for clocks ramping up.
-  for _ in range(2 if args.compare else 1):
+  for rep in range(2 if args.compare else 1):
     for name in names:
-      gens[name] = generate(cfg, batch=args.batch, prompt_len=args.prompt_len,
-                            steps=args.steps, mode=args.mode, temperature=args.temperature,
-                            seed=args.seed, argmax_fn=PICKERS[name], params=params, desc=name)
+      gen = generate(cfg, batch=args.batch, prompt_len=args.prompt_len, steps=args.steps,
+                     mode=args.mode, temperature=args.temperature, seed=args.seed,
+                     argmax_fn=PICKERS[name], params=params, desc=name)
+      if rep:  # report the first run's prefill and first step: the ones that compiled
+        gen = dataclasses.replace(gen, prefill_s=gens[name].prefill_s,
+                                  step_s=[gens[name].step_s[0]] + gen.step_s[1:])
+      gens[name] = gen
   for name in names:
     print(_speed_line(name, gens[name], args.batch))
   ours = gens["jax_argreduce.argmax"]
@@ -411,7 +428,9 @@ def run_logits(args) -> int:
   except (OSError, ValueError) as e:
     print(f"error: cannot read {args.logits}: {e}", file=sys.stderr)
     return 2
-  if arr.ndim not in (1, 2) or arr.shape[-1] == 0 or arr.dtype.kind not in "fiub":
+  if arr.dtype == np.dtype("V2"):  # bfloat16 saved by np.save(np.asarray(jax_array))
+    arr = arr.view(jnp.bfloat16)
+  if arr.ndim not in (1, 2) or arr.shape[-1] == 0 or arr.dtype.kind not in "fiubV":
     print(f"error: {args.logits}: expected [rows, vocab] or [vocab] real numbers with "
           f"vocab > 0, got shape {arr.shape} dtype {arr.dtype}", file=sys.stderr)
     return 2

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import dtypes, lax
+from jax._src import core
 
 from jax_argreduce import _primitive
 
@@ -53,14 +54,15 @@ def _argreduce(x, axis, keepdims, *, is_min: bool, method: str = "auto"):
       x = _move_axis_last(x, axis)
 
   cols = x.shape[-1]
-  if cols == 0:
-    raise ValueError(f"attempt to get {name} of an empty sequence")
-  if cols - 1 > np.iinfo(index_dtype).max:
-    raise ValueError(
-        f"{name}: the reduction axis has {cols} elements, more than {index_dtype.name} "
-        "indices can hold; enable jax_enable_x64 for int64 indices")
-  if cols > _INT32_MAX:
-    method = "xla"  # the handlers index rows with 32-bit positions
+  if core.is_constant_dim(cols):  # symbolic (jax.export) lengths are checked by the handler
+    if cols == 0:
+      raise ValueError(f"attempt to get {name} of an empty sequence")
+    if cols - 1 > np.iinfo(index_dtype).max:
+      raise ValueError(
+          f"{name}: the reduction axis has {cols} elements, more than {index_dtype.name} "
+          "indices can hold; enable jax_enable_x64 for int64 indices")
+    if cols > _INT32_MAX:
+      method = "xla"  # the handlers index rows with 32-bit positions
   out = _primitive.argreduce_last_axis(x, is_min=is_min, index_dtype=index_dtype, method=method)
   return out.reshape(out_shape)
 
@@ -87,10 +89,10 @@ def argmax(x, axis: int | None = None, keepdims: bool = False) -> jax.Array:
     IndexError: ``axis`` is out of range (``numpy.exceptions.AxisError``).
     TypeError: ``x`` is not an array or scalar, or is complex (as ``jnp.argmax``).
 
-  Semantics are ``numpy.argmax``'s exactly (SPEC §1): ties go to the lowest index, a NaN beats
-  every number (the first NaN wins), -0.0 ties +0.0, subnormals compare exactly (unlike
-  ``jnp.argmax``, which flushes them to zero). Not differentiable: under ``jax.grad`` the
-  output has a symbolic zero tangent.
+  Semantics are ``numpy.argmax``'s exactly (README, "Semantics"): ties go to the lowest index,
+  a NaN beats every number (the first NaN wins), -0.0 ties +0.0, subnormals compare exactly
+  (unlike ``jnp.argmax``, which flushes them to zero). Not differentiable: under ``jax.grad``
+  the output has a symbolic zero tangent.
   """
   return _argreduce(x, axis, keepdims, is_min=False)
 

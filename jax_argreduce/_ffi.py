@@ -11,6 +11,8 @@ import jax
 
 from jax_argreduce import _argreduce
 
+# True when the extension was built with the CUDA handler (nvcc found at build time). It says
+# nothing about a GPU being present: the handler is used only on a CUDA backend.
 HAS_CUDA: bool = bool(_argreduce.has_cuda)
 
 CPU_TARGET = "jax_argreduce_cpu"

@@ -16,26 +16,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from _common import FLOATS, METHODS, OPS, np_dtype as _np_dtype, op_fn as _fn
 from jax_argreduce import argmax, argmin
 from jax_argreduce._api import _argreduce
 
-OPS = {"argmax": (argmax, np.argmax, jnp.argmax), "argmin": (argmin, np.argmin, jnp.argmin)}
-METHODS = ("public", "kernel", "xla")
-FLOATS = ("float16", "bfloat16", "float32")
 CPU_TARGET = "jax_argreduce_cpu"
 RuntimeErrorType = getattr(jax.errors, "JaxRuntimeError", RuntimeError)  # XlaRuntimeError before
-
-
-def _np_dtype(name):
-  return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
-def _fn(op, method):
-  if method == "public":
-    return OPS[op][0]
-  is_min = op == "argmin"
-  return lambda x, axis=None, keepdims=False: _argreduce(
-      x, axis, keepdims, is_min=is_min, method=method)
 
 
 def _jnp_exception(call):

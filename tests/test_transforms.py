@@ -16,26 +16,9 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from _common import FLOATS, METHODS, OPS, np_dtype as _np_dtype, op_fn as _fn
 from jax_argreduce import argmax, argmin
 from jax_argreduce._api import _argreduce
-
-OPS = {"argmax": (argmax, np.argmax, jnp.argmax), "argmin": (argmin, np.argmin, jnp.argmin)}
-METHODS = ("public", "kernel", "xla")
-FLOATS = ("float16", "bfloat16", "float32")
-
-
-def _np_dtype(name):
-  return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
-def _fn(op, method):
-  """argmax/argmin through the public function or one forced path."""
-  if method == "public":
-    return OPS[op][0]
-  is_min = op == "argmin"
-  return lambda x, axis=None, keepdims=False: _argreduce(
-      x, axis, keepdims, is_min=is_min, method=method)
-
 
 def _ref(op, x, axis=None, keepdims=False):
   x = np.asarray(x)
@@ -313,3 +296,15 @@ def test_scalars(op, value, keepdims):
   # with an explicit axis the 0-d input is out of range, as in numpy and jnp
   with pytest.raises(IndexError):
     OPS[op][0](value, axis=0)
+
+
+@pytest.mark.parametrize("spec,shape", [("b, 5", (4, 5)), ("3, n", (3, 7)), ("b, n", (6, 9))])
+def test_export_with_symbolic_shapes(spec, shape):
+  """jax.export with shape polymorphism (symbolic rows and/or reduction length)."""
+  checks = [jax.export.DisabledSafetyCheck.custom_call("jax_argreduce_cpu")]
+  fn = jax.jit(lambda v: argmax(v, axis=-1))
+  exported = jax.export.export(fn, disabled_checks=checks)(
+      jax.ShapeDtypeStruct(jax.export.symbolic_shape(spec), jnp.float32))
+  assert str(exported.out_avals[0].shape[0]) == spec.split(",")[0].strip()
+  x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(exported.call(x)), np.argmax(x, axis=-1))
