@@ -26,10 +26,14 @@ def _check_arraylike(name: str, x) -> None:
 
 
 def _move_axis_last(x, axis):
-  """moveaxis(x, axis, -1) on the bits: XLA's CPU transpose of bfloat16 can flush subnormals
-  to zero. (Inside jit XLA folds the bitcasts away again; see tests/test_differential.py.)"""
-  bits = lax.bitcast_convert_type(x, np.dtype(f"uint{8 * x.dtype.itemsize}"))
-  return lax.bitcast_convert_type(jnp.moveaxis(bits, axis, -1), x.dtype)
+  """moveaxis(x, axis, -1), bit-exact. XLA's CPU transpose of bfloat16 can flush subnormals to
+  zero, so 16-bit floats move as uint16, behind a barrier that keeps XLA from folding the
+  bitcasts back into a bfloat16 transpose. (16-bit inputs always reach a handler, which needs
+  the transposed copy anyway; wider floats keep a plain transpose that XLA may fuse.)"""
+  if x.dtype.itemsize != 2:
+    return jnp.moveaxis(x, axis, -1)
+  moved = lax.optimization_barrier(jnp.moveaxis(lax.bitcast_convert_type(x, np.uint16), axis, -1))
+  return lax.bitcast_convert_type(moved, x.dtype)
 
 
 def _argreduce(x, axis, keepdims, *, is_min: bool, method: str = "auto"):
