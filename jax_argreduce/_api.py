@@ -7,10 +7,10 @@ import operator
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import dtypes, lax
+from jax import dtypes
 from jax._src import core
 
-from jax_argreduce import _primitive
+from jax_argreduce import _primitive, _xla
 
 # Float dtypes the FFI handlers take; every other dtype goes to jnp.argmax/argmin, which is
 # already exact for integers and bool and raises for complex exactly as jnp does.
@@ -23,17 +23,6 @@ def _check_arraylike(name: str, x) -> None:
   if not (isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
           or hasattr(x, "__jax_array__")):
     raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at position 0.")
-
-
-def _move_axis_last(x, axis):
-  """moveaxis(x, axis, -1), bit-exact. XLA's CPU transpose of bfloat16 can flush subnormals to
-  zero, so 16-bit floats move as uint16, behind a barrier that keeps XLA from folding the
-  bitcasts back into a bfloat16 transpose. (16-bit inputs always reach a handler, which needs
-  the transposed copy anyway; wider floats keep a plain transpose that XLA may fuse.)"""
-  if x.dtype.itemsize != 2:
-    return jnp.moveaxis(x, axis, -1)
-  moved = lax.optimization_barrier(jnp.moveaxis(lax.bitcast_convert_type(x, np.uint16), axis, -1))
-  return lax.bitcast_convert_type(moved, x.dtype)
 
 
 def _argreduce(x, axis, keepdims, *, is_min: bool, method: str = "auto"):
@@ -55,7 +44,7 @@ def _argreduce(x, axis, keepdims, *, is_min: bool, method: str = "auto"):
     axis %= x.ndim
     out_shape = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1:]
     if axis != x.ndim - 1:
-      x = _move_axis_last(x, axis)
+      x = _xla.moveaxis_exact(x, axis, -1)
 
   cols = x.shape[-1]
   if core.is_constant_dim(cols):  # symbolic (jax.export) lengths are checked by the handler

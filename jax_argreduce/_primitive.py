@@ -24,7 +24,8 @@ METHODS = ("auto", "kernel", "xla")
 # Where the CUDA kernels lose to XLA's own reduction, the CUDA lowering takes the exact XLA
 # path instead. Measured on an H200 (benchmarks/NOTES.md): in float32/float64 the kernels win
 # for few rows (<= 8) and narrow rows (<= 64 columns) and trail XLA by 2-11% elsewhere; in
-# 16-bit formats they win or tie everywhere measured.
+# 16-bit formats they win everywhere measured but 4096x128 (1.89 vs 1.63 µs), where the XLA
+# path was no faster (1.87).
 _KERNEL_MAX_ROWS_WIDE_F32 = 8
 _KERNEL_MAX_COLS_F32 = 64
 
@@ -123,7 +124,7 @@ def _batching_rule(batched_args, batch_dims, **params):
   (x,), (bdim,) = batched_args, batch_dims
   # A batch dimension other than the reduction axis is just more rows: no data movement.
   if bdim == x.ndim - 1:
-    x = jax.numpy.moveaxis(x, bdim, 0)
+    x = _xla.moveaxis_exact(x, bdim, 0)
     bdim = 0
   return argreduce_p.bind(x, **params), bdim
 

@@ -39,3 +39,15 @@ def ordered_key(x, is_min: bool):
 def argreduce_last_axis(x, *, is_min: bool, index_dtype):
   """Index of the max (``is_min``: min) of ``x`` along its last axis, numpy semantics."""
   return lax.argmax(ordered_key(x, is_min), x.ndim - 1, index_dtype)
+
+
+def moveaxis_exact(x, source: int, destination: int):
+  """``jnp.moveaxis``, bit-exact. XLA's CPU transpose of bfloat16 can flush subnormals to zero,
+  so 16-bit floats move as uint16, behind a barrier that keeps XLA from folding the bitcasts
+  back into a bfloat16 transpose. (Their transposed copy feeds a handler, which needs it
+  materialized anyway; wider floats keep a plain transpose that XLA may fuse.)"""
+  if x.dtype.itemsize != 2 or not jnp.issubdtype(x.dtype, jnp.floating):
+    return jnp.moveaxis(x, source, destination)
+  bits = lax.bitcast_convert_type(x, np.uint16)
+  moved = lax.optimization_barrier(jnp.moveaxis(bits, source, destination))
+  return lax.bitcast_convert_type(moved, x.dtype)

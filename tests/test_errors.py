@@ -12,12 +12,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
 from _common import FLOATS, METHODS, OPS, np_dtype as _np_dtype, op_fn as _fn
-from jax_argreduce import argmax, argmin
+from jax_argreduce import argmax
 from jax_argreduce._api import _argreduce
 
 CPU_TARGET = "jax_argreduce_cpu"

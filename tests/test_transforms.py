@@ -17,8 +17,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from _common import FLOATS, METHODS, OPS, np_dtype as _np_dtype, op_fn as _fn
-from jax_argreduce import argmax, argmin
-from jax_argreduce._api import _argreduce
+from jax_argreduce import argmax
 
 def _ref(op, x, axis=None, keepdims=False):
   x = np.asarray(x)
