@@ -2,13 +2,24 @@
 # One call on the GPU machine: build for sm_90, then (by stage) the benchmark, the example
 # decode loop with --compare, and the GPU tests against numpy (pytest -m gpu, incl. the
 # compute-sanitizer run). Logs and results under $OUT (or ./out), a short summary last.
-#   benchmarks/gpu_check.sh [all|test|example|bench|ncu] [extra bench.py args...]
+#   benchmarks/gpu_check.sh [STAGE[,STAGE...]] [extra bench.py args...]
+# Stages: all (= bench,example,test), test, example, bench, ncu (our kernels and the XLA
+# paths under ncu), probe (benchmarks/launch_probe.cu under ncu), sweep (rebuild with each
+# tuning variant in $SWEEP and benchmark the kernels; runs last, ends on the default build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 stage=${1:-all}
 shift || true
+[[ $stage == all ]] && stage=bench,example,test
+has() { [[ ,$stage, == *,$1,* ]]; }
+build() {  # build [extra CMAKE_CUDA_FLAGS]
+  python3 -m pip install --no-build-isolation --no-deps -q \
+    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C cmake.define.JAX_ARGREDUCE_CUDA=ON \
+    -C "cmake.define.CMAKE_CUDA_FLAGS=${1:-}" -e . >/tmp/build.log 2>&1 ||
+    { tail -50 /tmp/build.log; return 1; }
+}
 export PYTHONUNBUFFERED=1
 log="$OUT/run.log"
 
@@ -18,20 +29,18 @@ log="$OUT/run.log"
   python3 -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
   echo "== build (sm_90)"
   t0=$(date +%s)
-  python3 -m pip install --no-build-isolation --no-deps -q \
-    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C cmake.define.JAX_ARGREDUCE_CUDA=ON -e . \
-    >/tmp/build.log 2>&1 || { tail -50 /tmp/build.log; exit 1; }
+  build || exit 1
   echo "built in $(( $(date +%s) - t0 )) s"
 } 2>&1 | tee "$log"
 [[ ${PIPESTATUS[0]} == 0 ]] || exit 1
 
 rc=0
-if [[ $stage == all || $stage == bench ]]; then
+if has bench; then
   echo "== benchmark" | tee -a "$log"
   python3 benchmarks/bench.py --out "$OUT" "$@" 2>&1 | tee -a "$log" | tail -45
   rc=$(( rc | PIPESTATUS[0] ))
 fi
-if [[ $stage == all || $stage == example ]]; then
+if has example; then
   echo "== example: greedy decode at vocab 202048, --compare" | tee -a "$log"
   for dt in float32 bfloat16; do
     python3 examples/sample.py --vocab 202048 --batch 8 --layers 2 --dim 256 --heads 4 \
@@ -39,20 +48,53 @@ if [[ $stage == all || $stage == example ]]; then
     rc=$(( rc | PIPESTATUS[0] ))
   done
 fi
-if [[ $stage == all || $stage == test ]]; then
+if has test; then
   echo "== pytest -m gpu" | tee -a "$log"
   timeout ${TEST_TIMEOUT:-900} python3 -m pytest -m gpu -q -rsP --durations=12 -p no:cacheprovider \
     tests > "$OUT/pytest_gpu.log" 2>&1
   rc=$(( rc | $? ))
   tail -25 "$OUT/pytest_gpu.log"
 fi
-if [[ $stage == ncu ]]; then
-  echo "== ncu (our kernels, second launch of each case)" | tee -a "$log"
-  ncu --clock-control none -k regex:'(Team|Block|Cluster)Kernel' --launch-skip-before-match 0 \
-    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
-    python3 benchmarks/ncu_profile.py > "$OUT/ncu.log" 2>&1
+NCU_SECTIONS="--section SpeedOfLight --section LaunchStats --section Occupancy \
+  --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis"
+if has ncu; then
+  # L2 as in bench.py (no flush between launches): ncu_profile.py rotates 4 inputs per case.
+  # Section bodies (e.g. the stall-reason breakdown) as text, where this ncu can print them.
+  ncu --help 2>&1 | grep -q -- --print-details && NCU_SECTIONS="$NCU_SECTIONS --print-details all"
+  echo "== ncu: our kernels on the missed-target shapes" | tee -a "$log"
+  timeout 240 ncu --clock-control none --cache-control none -k regex:'(Team|Block|Cluster)Kernel' \
+    $NCU_SECTIONS python3 benchmarks/ncu_profile.py > "$OUT/ncu.log" 2>&1
   rc=$(( rc | $? ))
-  grep -E "Kernel<|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size|Cluster Size|Stall|One or More|Issued Warp" "$OUT/ncu.log" | head -150
+  echo "== ncu: our XLA path vs jnp.argmax (float32 shapes routed to XLA)" | tee -a "$log"
+  timeout 150 ncu --clock-control none --cache-control none $NCU_SECTIONS \
+    python3 benchmarks/ncu_profile.py --xla > "$OUT/ncu_xla.log" 2>&1
+  rc=$(( rc | $? ))
+  python3 benchmarks/ncu_summary.py "$OUT/ncu.log" "$OUT/ncu_xla.log" | tee -a "$log"
+fi
+if has probe; then
+  echo "== launch probe under ncu (gpu__time_duration per launch)" | tee -a "$log"
+  nvcc -O3 -arch=sm_90 -o /tmp/launch_probe benchmarks/launch_probe.cu &&
+    timeout 120 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      /tmp/launch_probe > "$OUT/probe.log" 2>&1
+  rc=$(( rc | $? ))
+  python3 benchmarks/ncu_summary.py --probe "$OUT/probe.log" | tee -a "$log"
+fi
+if has sweep; then
+  # NAME=CMAKE_CUDA_FLAGS;... (the first is the default build, for a same-run baseline)
+  SWEEP=${SWEEP:-"base=;unroll8=-DJAX_ARGREDUCE_UNROLL=8;waves0=-DJAX_ARGREDUCE_TEAM_WAVES=0"}
+  SWEEP_SHAPES=${SWEEP_SHAPES:-1x32000,1x202048,8x202048,32x202048,256x202048,4096x128,4096x4096,65536x64,65536x1024}
+  IFS=';' read -ra variants <<< "$SWEEP"
+  for v in "${variants[@]}"; do
+    name=${v%%=*}; flags=${v#*=}
+    echo "== sweep $name: CMAKE_CUDA_FLAGS='$flags'" | tee -a "$log"
+    build "$flags" || { rc=1; continue; }
+    python3 benchmarks/bench.py --shapes "$SWEEP_SHAPES" --methods kernel --iters 20 \
+      --wall-r 1 --wall-repeats 1 --no-plot --out "$OUT/sweep_$name" > "$OUT/sweep_$name.log" 2>&1
+    rc=$(( rc | $? ))
+    grep -E "^[0-9]+x[0-9]+ " "$OUT/sweep_$name.log" | awk '{print $1, $2, $4, $5, $NF}' |
+      tee -a "$log"
+  done
+  build || rc=1
 fi
 echo "== summary (exit $rc)"
 grep -hE "^[0-9]+ (passed|failed)|passed|failed" "$OUT/pytest_gpu.log" 2>/dev/null | tail -1

@@ -34,15 +34,33 @@
 namespace jax_argreduce {
 namespace {
 
+// Tuning knobs, measured on the H200 (benchmarks/NOTES.md); `benchmarks/gpu_check.sh sweep`
+// rebuilds with -D overrides to compare variants in one run.
+#ifndef JAX_ARGREDUCE_UNROLL
+#define JAX_ARGREDUCE_UNROLL 4
+#endif
+#ifndef JAX_ARGREDUCE_CLUSTER_BLOCK_THREADS
+#define JAX_ARGREDUCE_CLUSTER_BLOCK_THREADS 1024
+#endif
+#ifndef JAX_ARGREDUCE_MIN_ELEMENTS_PER_THREAD
+#define JAX_ARGREDUCE_MIN_ELEMENTS_PER_THREAD 4
+#endif
+#ifndef JAX_ARGREDUCE_TEAM_WAVES
+#define JAX_ARGREDUCE_TEAM_WAVES 1
+#endif
+
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = kBlockThreads / kWarpSize;
 // Cluster path (sm_90+): blocks of this many threads, clusters of up to 16 blocks per row.
-constexpr int kClusterBlockThreads = 1024;
+constexpr int kClusterBlockThreads = JAX_ARGREDUCE_CLUSTER_BLOCK_THREADS;
 constexpr int kMaxClusterBlocks = 16;
 // 16-byte loads in flight per thread in the scan loop.
-constexpr int kUnroll = 4;
+constexpr int kUnroll = JAX_ARGREDUCE_UNROLL;
 // At least this many elements per thread before more threads are given to a row.
-constexpr int kMinElementsPerThread = 4;
+constexpr int kMinElementsPerThread = JAX_ARGREDUCE_MIN_ELEMENTS_PER_THREAD;
+// The team kernel's grid: at most this many waves of resident blocks (0: one block per
+// kBlockThreads / team rows, no cap; the rows are then covered without a grid-stride loop).
+constexpr int kTeamWaves = JAX_ARGREDUCE_TEAM_WAVES;
 // Rows that could use at least this many threads go to the block path.
 constexpr int kBlockPathMinThreads = 256;
 
@@ -466,8 +484,9 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
     int team = 1;
     while (team * 2 <= std::min<int64_t>(threads_per_row, kWarpSize)) team *= 2;
     plan.team = team;
+    const int64_t grid = CeilDiv(rows * team, kBlockThreads);
     plan.grid = std::max<int64_t>(
-        1, std::min(CeilDiv(rows * team, kBlockThreads), capacity_blocks));
+        1, std::min(grid, kTeamWaves > 0 ? kTeamWaves * capacity_blocks : int64_t{INT32_MAX}));
     row_threads = team;
   } else {
     plan.blocks_per_row = static_cast<int>(std::max<int64_t>(

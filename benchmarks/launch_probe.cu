@@ -1,0 +1,128 @@
+// Where does a few-row launch spend its time? Standalone kernels that isolate the pieces of the
+// cluster kernel (launch of 1024-thread blocks, cluster launch, cluster barrier, the loads, the
+// DSMEM merge), run under `ncu --clock-control none` (benchmarks/gpu_check.sh probe), which
+// reports each launch's gpu__time_duration. Every kernel runs 5 times on the same buffer (L2
+// warm, as in bench.py, whose 4 inputs of a few-row case fit in L2); read the last ones.
+//   nvcc -O3 -arch=sm_90 -o /tmp/launch_probe benchmarks/launch_probe.cu
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace cg = cooperative_groups;
+
+#define CHECK(x)                                                                     \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+__global__ void Noop() {}
+
+__global__ void ClusterBarrier() { cg::this_cluster().sync(); }
+
+// max over this thread's 16-byte vectors (tid, tid + nthreads, ...), 4 loads in flight.
+__device__ float ScanMax(const float4* v, int n, int tid, int nthreads) {
+  float best = -INFINITY;
+  for (int i = tid; i < n; i += 4 * nthreads) {
+    float4 b[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (i + u * nthreads < n) b[u] = __ldg(v + i + u * nthreads);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (i + u * nthreads < n) best = fmaxf(best, fmaxf(fmaxf(b[u].x, b[u].y), fmaxf(b[u].z, b[u].w)));
+    }
+  }
+  return best;
+}
+
+__device__ float BlockMax(float v) {
+  __shared__ float warp_best[32];
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = threadIdx.x < blockDim.x / 32 ? warp_best[threadIdx.x] : -INFINITY;
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Each block reduces its share and writes it out: the loads without any merge.
+__global__ void LoadNoMerge(const float4* v, int n, float* out) {
+  const float b = BlockMax(ScanMax(v, n, blockIdx.x * blockDim.x + threadIdx.x,
+                                   gridDim.x * blockDim.x));
+  if (threadIdx.x == 0) out[blockIdx.x] = b;
+}
+
+// The same, merged across the cluster in block 0's shared memory (as ClusterKernel).
+__global__ void LoadClusterMerge(const float4* v, int n, float* out) {
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float cluster_best[16];
+  const int part = cluster.block_rank();
+  cluster.barrier_arrive();
+  const float b = BlockMax(ScanMax(v, n, part * blockDim.x + threadIdx.x,
+                                   cluster.num_blocks() * blockDim.x));
+  cluster.barrier_wait();
+  if (threadIdx.x == 0) cluster.map_shared_rank(cluster_best, 0)[part] = b;
+  cluster.sync();
+  if (part == 0 && threadIdx.x == 0) {
+    float m = -INFINITY;
+    for (int i = 0; i < (int)cluster.num_blocks(); ++i) m = fmaxf(m, cluster_best[i]);
+    out[0] = m;
+  }
+}
+
+template <class... Args>
+void Launch(const char* what, void (*kernel)(Args...), int grid, int block, int cluster,
+            Args... args) {
+  std::printf("probe: %s grid %d x %d cluster %d\n", what, grid, block, cluster);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = cluster > 0 ? 1 : 0;
+  if (cluster > 8) {
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
+  for (int i = 0; i < 5; ++i) CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+  CHECK(cudaDeviceSynchronize());
+}
+
+int main() {
+  const int n_big = 202048 / 4, n_small = 32000 / 4;  // float4 vectors: 808 KB, 128 KB
+  float4* x;
+  float* out;
+  CHECK(cudaMalloc(&x, n_big * sizeof(float4)));
+  CHECK(cudaMalloc(&out, 4096 * sizeof(float)));
+  CHECK(cudaMemset(x, 0, n_big * sizeof(float4)));
+  const float4* cx = x;
+
+  Launch("noop", Noop, 1, 32, 0);
+  Launch("noop", Noop, 16, 1024, 0);
+  Launch("noop cluster", Noop, 16, 1024, 16);
+  Launch("cluster barrier", ClusterBarrier, 16, 1024, 16);
+  Launch("cluster barrier", ClusterBarrier, 8, 1024, 8);
+  Launch("load 808KB no merge", LoadNoMerge, 16, 1024, 0, cx, n_big, out);
+  Launch("load 808KB cluster merge", LoadClusterMerge, 16, 1024, 16, cx, n_big, out);
+  Launch("load 808KB no merge", LoadNoMerge, 132, 1024, 0, cx, n_big, out);
+  Launch("load 808KB no merge", LoadNoMerge, 132, 256, 0, cx, n_big, out);
+  Launch("load 808KB no merge", LoadNoMerge, 528, 256, 0, cx, n_big, out);
+  Launch("load 128KB no merge", LoadNoMerge, 8, 1024, 0, cx, n_small, out);
+  Launch("load 128KB cluster merge", LoadClusterMerge, 8, 1024, 8, cx, n_small, out);
+  Launch("load 128KB no merge", LoadNoMerge, 1, 1024, 0, cx, n_small, out);
+  Launch("load 128KB no merge", LoadNoMerge, 32, 256, 0, cx, n_small, out);
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(out));
+  std::printf("probe: done\n");
+  return 0;
+}

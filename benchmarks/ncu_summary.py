@@ -1,0 +1,83 @@
+"""Condenses `ncu` text reports (benchmarks/gpu_check.sh ncu / probe) into one line per
+profiled launch: kernel, grid x block, duration, DRAM and memory throughput, achieved
+occupancy, registers, and the rule findings ncu printed for it (stall reasons and the like).
+  python3 benchmarks/ncu_summary.py [--probe] LOG [LOG...]"""
+import re
+import sys
+
+HEADER = re.compile(r"^  (\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\), Context")
+METRIC = re.compile(r"^\s{4,}(\S.*?)\s{2,}(\S+)\s+([-\d,.]+)\s*$")
+RULE = re.compile(r"^\s{4}(OPT|WRN|INF)\s+(.*)$")
+CASE = re.compile(r"^(case .*|probe: .*)$")
+WANTED = {"Duration": "dur", "gpu__time_duration.sum": "dur", "DRAM Throughput": "dram%",
+          "Memory Throughput": "mem%", "Achieved Occupancy": "occ%",
+          "Registers Per Thread": "regs", "Cluster Size": "cluster",
+          "Warp Cycles Per Issued Instruction": "cyc/issue"}
+
+
+def short_name(name):
+  """'void ns::(anonymous namespace)::K<(ns::Format)2, false>(args)' -> 'K<(Format)2, false>'."""
+  for junk in ("void ", "jax_argreduce::", "(anonymous namespace)::", "Format::"):
+    name = name.replace(junk, "")
+  depth = 0
+  for i, ch in enumerate(name):
+    depth += {"<": 1, ">": -1}.get(ch, 0)
+    if ch == "(" and depth == 0:
+      return name[:i]
+  return name
+
+
+def parse(path):
+  launches, cur, rule, label = [], None, None, ""
+  for line in open(path, errors="replace"):
+    line = line.rstrip("\n")
+    c = CASE.match(line)
+    if c:
+      label = c.group(1)
+      continue
+    h = HEADER.match(line)
+    if h:
+      cur = {"label": label, "name": short_name(h.group(1)),
+             "geom": f"{h.group(2)}x{h.group(5)}", "rules": []}
+      launches.append(cur)
+      rule = None
+      continue
+    if cur is None:
+      continue
+    r = RULE.match(line)
+    if r:
+      rule = [r.group(1), r.group(2).strip()]
+      cur["rules"].append(rule)
+      continue
+    if rule is not None and line.startswith("          ") and line.strip():
+      rule[1] += " " + line.strip()
+      continue
+    rule = None
+    m = METRIC.match(line)
+    if m and m.group(1) in WANTED:
+      unit, val = m.group(2), float(m.group(3).replace(",", ""))
+      key = WANTED[m.group(1)]
+      if key == "dur":  # to microseconds
+        val *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
+                "msecond": 1e3}.get(unit, 1.0)
+      cur[key] = val
+  return launches
+
+
+def main(argv):
+  probe = "--probe" in argv
+  for path in [a for a in argv if not a.startswith("--")]:
+    print(f"-- {path}")
+    for l in parse(path):
+      nums = " ".join(f"{k} {l[k]:g}" for k in ("dur", "dram%", "mem%", "occ%", "regs",
+                                                  "cyc/issue") if k in l)
+      where = l["label"] if probe else f"{l['label']} | {l['name']}"
+      print(f"{where} | {l['geom']} | {nums}")
+      if not probe:
+        for kind, text in l["rules"]:
+          if kind in ("OPT", "WRN") or "stall" in text.lower():
+            print(f"    {kind}: {text[:300]}")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
