@@ -58,18 +58,20 @@ fi
 NCU_SECTIONS="--section SpeedOfLight --section LaunchStats --section Occupancy \
   --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis"
 if has ncu; then
-  # L2 as in bench.py (no flush between launches): ncu_profile.py rotates 4 inputs per case.
-  # Section bodies (e.g. the stall-reason breakdown) as text, where this ncu can print them.
-  ncu --help 2>&1 | grep -q -- --print-details && NCU_SECTIONS="$NCU_SECTIONS --print-details all"
-  echo "== ncu: our kernels on the missed-target shapes" | tee -a "$log"
-  timeout 240 ncu --clock-control none --cache-control none -k regex:'(Team|Block|Cluster)Kernel' \
-    $NCU_SECTIONS python3 benchmarks/ncu_profile.py > "$OUT/ncu.log" 2>&1
+  # L2 as in bench.py (no flush between launches): 4 inputs per case, rotated.
+  echo "== ncu: our kernels (benchmarks/kernel_profile.cu) on the missed-target shapes" | tee -a "$log"
+  nvcc -O3 -std=c++17 -arch=sm_90 -Iffi -o /tmp/kernel_profile benchmarks/kernel_profile.cu \
+    ffi/argreduce_kernels.cu 2>/dev/null &&
+    timeout 240 ncu --clock-control none --cache-control none $NCU_SECTIONS \
+      --section SourceCounters /tmp/kernel_profile > "$OUT/ncu.log" 2>&1
   rc=$(( rc | $? ))
+  python3 benchmarks/ncu_summary.py --group 5 "$OUT/ncu.log" | tee -a "$log"
   echo "== ncu: our XLA path vs jnp.argmax (float32 shapes routed to XLA)" | tee -a "$log"
-  timeout 150 ncu --clock-control none --cache-control none $NCU_SECTIONS \
-    python3 benchmarks/ncu_profile.py --xla > "$OUT/ncu_xla.log" 2>&1
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 ncu --clock-control none \
+    --cache-control none $NCU_SECTIONS python3 benchmarks/ncu_profile.py --xla \
+    > "$OUT/ncu_xla.log" 2>&1
   rc=$(( rc | $? ))
-  python3 benchmarks/ncu_summary.py "$OUT/ncu.log" "$OUT/ncu_xla.log" | tee -a "$log"
+  python3 benchmarks/ncu_summary.py "$OUT/ncu_xla.log" | grep -v "^    " | tee -a "$log"
 fi
 if has probe; then
   echo "== launch probe under ncu (gpu__time_duration per launch)" | tee -a "$log"
@@ -77,7 +79,7 @@ if has probe; then
     timeout 120 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
       /tmp/launch_probe > "$OUT/probe.log" 2>&1
   rc=$(( rc | $? ))
-  python3 benchmarks/ncu_summary.py --probe "$OUT/probe.log" | tee -a "$log"
+  python3 benchmarks/ncu_summary.py --group 5 --probe "$OUT/probe.log" | tee -a "$log"
 fi
 if has sweep; then
   # NAME=CMAKE_CUDA_FLAGS;... (the first is the default build, for a same-run baseline)

@@ -59,15 +59,22 @@ __global__ void LoadNoMerge(const float4* v, int n, float* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = b;
 }
 
-// The same, merged across the cluster in block 0's shared memory (as ClusterKernel).
+// The same, merged across the cluster in block 0's shared memory (as ClusterKernel). kSplit:
+// arrive before the loads, wait after them (ClusterKernel's split barrier); else one full
+// cluster.sync() after the loads.
+template <bool kSplit>
 __global__ void LoadClusterMerge(const float4* v, int n, float* out) {
   cg::cluster_group cluster = cg::this_cluster();
   __shared__ float cluster_best[16];
   const int part = cluster.block_rank();
-  cluster.barrier_arrive();
+  if (kSplit) cluster.barrier_arrive();
   const float b = BlockMax(ScanMax(v, n, part * blockDim.x + threadIdx.x,
                                    cluster.num_blocks() * blockDim.x));
-  cluster.barrier_wait();
+  if (kSplit) {
+    cluster.barrier_wait();
+  } else {
+    cluster.sync();
+  }
   if (threadIdx.x == 0) cluster.map_shared_rank(cluster_best, 0)[part] = b;
   cluster.sync();
   if (part == 0 && threadIdx.x == 0) {
@@ -80,7 +87,7 @@ __global__ void LoadClusterMerge(const float4* v, int n, float* out) {
 template <class... Args>
 void Launch(const char* what, void (*kernel)(Args...), int grid, int block, int cluster,
             Args... args) {
-  std::printf("probe: %s grid %d x %d cluster %d\n", what, grid, block, cluster);
+  std::printf("probe: %s, grid %d x %d, cluster %d\n", what, grid, block, cluster);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(block);
@@ -111,16 +118,29 @@ int main() {
   Launch("noop", Noop, 16, 1024, 0);
   Launch("noop cluster", Noop, 16, 1024, 16);
   Launch("cluster barrier", ClusterBarrier, 16, 1024, 16);
+  Launch("cluster barrier", ClusterBarrier, 16, 512, 16);
   Launch("cluster barrier", ClusterBarrier, 8, 1024, 8);
-  Launch("load 808KB no merge", LoadNoMerge, 16, 1024, 0, cx, n_big, out);
-  Launch("load 808KB cluster merge", LoadClusterMerge, 16, 1024, 16, cx, n_big, out);
-  Launch("load 808KB no merge", LoadNoMerge, 132, 1024, 0, cx, n_big, out);
-  Launch("load 808KB no merge", LoadNoMerge, 132, 256, 0, cx, n_big, out);
-  Launch("load 808KB no merge", LoadNoMerge, 528, 256, 0, cx, n_big, out);
-  Launch("load 128KB no merge", LoadNoMerge, 8, 1024, 0, cx, n_small, out);
-  Launch("load 128KB cluster merge", LoadClusterMerge, 8, 1024, 8, cx, n_small, out);
-  Launch("load 128KB no merge", LoadNoMerge, 1, 1024, 0, cx, n_small, out);
-  Launch("load 128KB no merge", LoadNoMerge, 32, 256, 0, cx, n_small, out);
+  // 808 KB (1x202048 f32): where the loads run, and what the merge adds.
+  Launch("808KB no merge", LoadNoMerge, 16, 1024, 0, cx, n_big, out);
+  Launch("808KB no merge, cluster launch", LoadNoMerge, 16, 1024, 16, cx, n_big, out);
+  Launch("808KB merge split", LoadClusterMerge<true>, 16, 1024, 16, cx, n_big, out);
+  Launch("808KB merge sync", LoadClusterMerge<false>, 16, 1024, 16, cx, n_big, out);
+  Launch("808KB no merge", LoadNoMerge, 16, 512, 0, cx, n_big, out);
+  Launch("808KB no merge, cluster launch", LoadNoMerge, 16, 512, 16, cx, n_big, out);
+  Launch("808KB merge split", LoadClusterMerge<true>, 16, 512, 16, cx, n_big, out);
+  Launch("808KB merge split", LoadClusterMerge<true>, 16, 256, 16, cx, n_big, out);
+  Launch("808KB no merge", LoadNoMerge, 132, 1024, 0, cx, n_big, out);
+  Launch("808KB no merge", LoadNoMerge, 132, 256, 0, cx, n_big, out);
+  Launch("808KB no merge", LoadNoMerge, 528, 256, 0, cx, n_big, out);
+  // 128 KB (1x32000 f32).
+  Launch("128KB no merge", LoadNoMerge, 8, 1024, 0, cx, n_small, out);
+  Launch("128KB no merge, cluster launch", LoadNoMerge, 8, 1024, 8, cx, n_small, out);
+  Launch("128KB merge split", LoadClusterMerge<true>, 8, 1024, 8, cx, n_small, out);
+  Launch("128KB merge sync", LoadClusterMerge<false>, 8, 1024, 8, cx, n_small, out);
+  Launch("128KB merge split", LoadClusterMerge<true>, 16, 512, 16, cx, n_small, out);
+  Launch("128KB no merge, cluster launch", LoadNoMerge, 16, 512, 16, cx, n_small, out);
+  Launch("128KB no merge", LoadNoMerge, 1, 1024, 0, cx, n_small, out);
+  Launch("128KB no merge", LoadNoMerge, 32, 256, 0, cx, n_small, out);
   CHECK(cudaFree(x));
   CHECK(cudaFree(out));
   std::printf("probe: done\n");

@@ -1,7 +1,11 @@
 """Condenses `ncu` text reports (benchmarks/gpu_check.sh ncu / probe) into one line per
 profiled launch: kernel, grid x block, duration, DRAM and memory throughput, achieved
 occupancy, registers, and the rule findings ncu printed for it (stall reasons and the like).
-  python3 benchmarks/ncu_summary.py [--probe] LOG [LOG...]"""
+  python3 benchmarks/ncu_summary.py [--group N] [--probe] LOG [LOG...]
+ncu prints its reports when the process ends, after every label line the program printed
+("case ..." / "probe: ..."); with --group N the reports are matched to the labels in order, N
+launches per label, and each label gets the median duration of its N launches."""
+import statistics
 import re
 import sys
 
@@ -28,16 +32,17 @@ def short_name(name):
 
 
 def parse(path):
-  launches, cur, rule, label = [], None, None, ""
+  launches, labels, cur, rule = [], [], None, None
   for line in open(path, errors="replace"):
     line = line.rstrip("\n")
     c = CASE.match(line)
     if c:
-      label = c.group(1)
+      if c.group(1) != "probe: done":
+        labels.append(c.group(1))
       continue
     h = HEADER.match(line)
     if h:
-      cur = {"label": label, "name": short_name(h.group(1)),
+      cur = {"label": "", "name": short_name(h.group(1)),
              "geom": f"{h.group(2)}x{h.group(5)}", "rules": []}
       launches.append(cur)
       rule = None
@@ -61,22 +66,33 @@ def parse(path):
         val *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
                 "msecond": 1e3}.get(unit, 1.0)
       cur[key] = val
-  return launches
+  return launches, labels
 
 
 def main(argv):
   probe = "--probe" in argv
-  for path in [a for a in argv if not a.startswith("--")]:
+  group = int(argv[argv.index("--group") + 1]) if "--group" in argv else 0
+  paths = [a for i, a in enumerate(argv)
+           if not a.startswith("--") and not (i > 0 and argv[i - 1] == "--group")]
+  for path in paths:
     print(f"-- {path}")
-    for l in parse(path):
-      nums = " ".join(f"{k} {l[k]:g}" for k in ("dur", "dram%", "mem%", "occ%", "regs",
-                                                  "cyc/issue") if k in l)
-      where = l["label"] if probe else f"{l['label']} | {l['name']}"
-      print(f"{where} | {l['geom']} | {nums}")
+    launches, labels = parse(path)
+    if group:
+      chunks = [(labels[i] if i < len(labels) else "?", launches[i * group:(i + 1) * group])
+                for i in range((len(launches) + group - 1) // group)]
+    else:
+      chunks = [("", [l]) for l in launches]
+    for label, ls in chunks:
+      l = ls[-1]
+      durs = [x["dur"] for x in ls if "dur" in x]
+      nums = " ".join(f"{k} {l[k]:g}" for k in ("dram%", "mem%", "occ%", "regs", "cyc/issue")
+                      if k in l)
+      dur = f"dur {statistics.median(durs):.2f} us (median of {len(durs)})" if durs else ""
+      print(f"{label} | {l['name'][:48]} | {l['geom']} | {dur} {nums}".replace("|  |", "|"))
       if not probe:
         for kind, text in l["rules"]:
-          if kind in ("OPT", "WRN") or "stall" in text.lower():
-            print(f"    {kind}: {text[:300]}")
+          if kind in ("OPT", "WRN") and "pcsamp" not in text:
+            print(f"    {kind}: {text[:260]}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 //
 // Three kernels:
 //   TeamKernel<kTeam>: kTeam lanes (1..32) share a row; for narrow and medium rows, many rows.
-//   ClusterKernel (sm_90+): few wide rows; a thread block cluster of 1-16 blocks of 1024
+//   ClusterKernel (sm_90+): few wide rows; a thread block cluster of 1-16 blocks of 512
 //     threads per row, merged through distributed shared memory. One launch, no workspace.
 //   BlockKernel: one block per row (blocks loop over rows) or, without clusters, several
 //     blocks per row. With several, each block writes its partial to the workspace,
@@ -39,8 +39,11 @@ namespace {
 #ifndef JAX_ARGREDUCE_UNROLL
 #define JAX_ARGREDUCE_UNROLL 4
 #endif
+#ifndef JAX_ARGREDUCE_BLOCK_UNROLL
+#define JAX_ARGREDUCE_BLOCK_UNROLL 8
+#endif
 #ifndef JAX_ARGREDUCE_CLUSTER_BLOCK_THREADS
-#define JAX_ARGREDUCE_CLUSTER_BLOCK_THREADS 1024
+#define JAX_ARGREDUCE_CLUSTER_BLOCK_THREADS 512
 #endif
 #ifndef JAX_ARGREDUCE_MIN_ELEMENTS_PER_THREAD
 #define JAX_ARGREDUCE_MIN_ELEMENTS_PER_THREAD 4
@@ -54,8 +57,11 @@ constexpr int kWarpsPerBlock = kBlockThreads / kWarpSize;
 // Cluster path (sm_90+): blocks of this many threads, clusters of up to 16 blocks per row.
 constexpr int kClusterBlockThreads = JAX_ARGREDUCE_CLUSTER_BLOCK_THREADS;
 constexpr int kMaxClusterBlocks = 16;
-// 16-byte loads in flight per thread in the scan loop.
+// 16-byte loads in flight per thread in the scan loop: team and cluster kernels (many threads
+// per row, or many rows per SM) and the block kernel (one 256-thread block per long row, so few
+// threads per SM: more loads in flight each).
 constexpr int kUnroll = JAX_ARGREDUCE_UNROLL;
+constexpr int kBlockUnroll = JAX_ARGREDUCE_BLOCK_UNROLL;
 // At least this many elements per thread before more threads are given to a row.
 constexpr int kMinElementsPerThread = JAX_ARGREDUCE_MIN_ELEMENTS_PER_THREAD;
 // The team kernel's grid: at most this many waves of resident blocks (0: one block per
@@ -179,7 +185,7 @@ __device__ __forceinline__ KeyOf<F> VectorKey(const Vec& v) {
 // to the first 16-byte boundary), a body of 16-byte vectors, and a scalar tail. Thread `tid`
 // of `nthreads` takes vectors tid, tid + nthreads, ... Each thread visits its elements in
 // increasing column order, so the strict '>' keeps the lowest index among equal keys.
-template <Format F, bool kIsMin>
+template <Format F, bool kIsMin, int kInFlight>
 __device__ __forceinline__ ArgPair<KeyOf<F>> ScanRow(const BitsOf<F>* __restrict__ row,
                                                      int32_t cols, int32_t tid,
                                                      int32_t nthreads) {
@@ -211,13 +217,13 @@ __device__ __forceinline__ ArgPair<KeyOf<F>> ScanRow(const BitsOf<F>* __restrict
   int32_t body_vec = -1;
   for (int32_t v = tid; v < num_vecs;) {
     const int32_t remaining = num_vecs - v;  // >= 1
-    Vec buf[kUnroll];
+    Vec buf[kInFlight];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kInFlight; ++u) {
       if (u * nthreads < remaining) buf[u] = __ldg(vecs + v + u * nthreads);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kInFlight; ++u) {
       if (u * nthreads < remaining) {
         const Key key = VectorKey<F, kIsMin>(buf[u]);
         if (key > body_best) {  // strict: the first vector (lowest columns) keeps a tie
@@ -226,8 +232,8 @@ __device__ __forceinline__ ArgPair<KeyOf<F>> ScanRow(const BitsOf<F>* __restrict
         }
       }
     }
-    if (remaining <= kUnroll * nthreads) break;
-    v += kUnroll * nthreads;  // < num_vecs
+    if (remaining <= kInFlight * nthreads) break;
+    v += kInFlight * nthreads;  // < num_vecs
   }
   // Head columns are lower than body columns: the body wins only with a strictly larger key.
   if (body_vec >= 0 && body_best > best) {
@@ -269,7 +275,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int64_t first = warp * kTeamsPerWarp; first < rows; first += rows_per_pass) {
     const int64_t row = first + lane / kTeam;
     ArgPair<KeyOf<F>> p = ArgPair<KeyOf<F>>::Identity();
-    if (row < rows) p = ScanRow<F, kIsMin>(x + row * cols, cols, team_lane, kTeam);
+    if (row < rows) p = ScanRow<F, kIsMin, kUnroll>(x + row * cols, cols, team_lane, kTeam);
     p = WarpReduce<kTeam>(p);
     if (team_lane == 0 && row < rows) StoreIndex(indices, index_is_int64, row, p.index);
   }
@@ -288,8 +294,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   // With several blocks per row the planner launches one slot per row (slots == rows), so a
   // row's partials and counter are never reused within the launch.
   for (int64_t row = slot; row < rows; row += slots) {
-    Pair p = ScanRow<F, kIsMin>(x + row * cols, cols, part * kBlockThreads + threadIdx.x,
-                                blocks_per_row * kBlockThreads);
+    Pair p = ScanRow<F, kIsMin, kBlockUnroll>(x + row * cols, cols,
+                                              part * kBlockThreads + threadIdx.x,
+                                              blocks_per_row * kBlockThreads);
     p = BlockReduce<kBlockThreads>(p);
     if (blocks_per_row == 1) {
       if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, p.index);
@@ -337,8 +344,9 @@ __global__ void __launch_bounds__(kClusterBlockThreads)
   // Split barrier: block 0's shared memory may only be written once every block of the
   // cluster has started; waiting for that after the scan costs nothing.
   cluster.barrier_arrive();
-  Pair p = ScanRow<F, kIsMin>(x + row * cols, cols, part * kClusterBlockThreads + threadIdx.x,
-                              parts * kClusterBlockThreads);
+  Pair p = ScanRow<F, kIsMin, kUnroll>(x + row * cols, cols,
+                                       part * kClusterBlockThreads + threadIdx.x,
+                                       parts * kClusterBlockThreads);
   p = BlockReduce<kClusterBlockThreads>(p);
   cluster.barrier_wait();
   if (threadIdx.x == 0) cluster.map_shared_rank(cluster_best, 0)[part] = p;
@@ -464,8 +472,9 @@ static_assert(kArgReduceWorkspaceBytes >=
 
 struct DeviceCaps {
   int sms;
-  int blocks_per_sm;     // resident 256-thread blocks
-  ClusterFit clusters;   // co-resident clusters of 1024-thread blocks, per cluster size
+  int team_blocks_per_sm;   // resident blocks of the team kernel
+  int block_blocks_per_sm;  // resident blocks of the block kernel
+  ClusterFit clusters;      // co-resident clusters of the cluster kernel, per cluster size
 };
 
 LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t cols) {
@@ -473,13 +482,12 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
   LaunchPlan plan;
   plan.vector_elements = static_cast<int>(sizeof(Vec)) / elem_bytes;
   // One wave: the blocks the device holds at once.
-  const int64_t capacity_blocks = static_cast<int64_t>(caps.sms) * caps.blocks_per_sm;
+  const int64_t capacity_blocks = static_cast<int64_t>(caps.sms) * caps.team_blocks_per_sm;
   const int64_t capacity_threads = capacity_blocks * kBlockThreads;
   const int64_t per_thread = std::max(kMinElementsPerThread, plan.vector_elements);
   const int64_t useful = CeilDiv(cols, per_thread);  // threads a row can feed
   const int64_t fair = std::max<int64_t>(1, capacity_threads / std::max<int64_t>(rows, 1));
   const int64_t threads_per_row = std::min(useful, fair);
-  int64_t row_threads = 0;
   if (threads_per_row < kBlockPathMinThreads) {
     int team = 1;
     while (team * 2 <= std::min<int64_t>(threads_per_row, kWarpSize)) team *= 2;
@@ -487,15 +495,19 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
     const int64_t grid = CeilDiv(rows * team, kBlockThreads);
     plan.grid = std::max<int64_t>(
         1, std::min(grid, kTeamWaves > 0 ? kTeamWaves * capacity_blocks : int64_t{INT32_MAX}));
-    row_threads = team;
+    plan.row_step = team * kUnroll * plan.vector_elements;
   } else {
+    const int64_t capacity_blocks =
+        static_cast<int64_t>(caps.sms) * caps.block_blocks_per_sm;  // block kernel's wave
     plan.blocks_per_row = static_cast<int>(std::max<int64_t>(
         1, std::min(CeilDiv(threads_per_row, kBlockThreads), capacity_blocks / rows)));
     // Largest cluster whose clusters all fit at once, one per row, no bigger than the row can
-    // feed; size 1 (one 1024-thread block per row) while the rows fit in one wave.
+    // feed; size 1 (one kClusterBlockThreads block per row) while the rows fit in one wave.
+    // Up to one row per SM: with more rows, one block of the block kernel per row already
+    // fills the device, and its deeper unroll measured faster (256x202048, NOTES.md).
     int cluster = 0;
     const int64_t blocks_fed = CeilDiv(useful, kClusterBlockThreads);
-    for (int i = 4; i >= 0 && cluster == 0; --i) {
+    for (int i = 4; i >= 0 && cluster == 0 && rows <= caps.sms; --i) {
       const int size = 1 << i;
       if (rows <= caps.clusters.active[i] && (size == 1 || blocks_fed > size / 2)) {
         cluster = size;
@@ -525,9 +537,9 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
                                  ? WorkspaceLayout<int64_t>(plan.grid, &counters_offset)
                                  : WorkspaceLayout<int32_t>(plan.grid, &counters_offset);
     }
-    row_threads = static_cast<int64_t>(plan.blocks_per_row) * plan.block;
+    plan.row_step = static_cast<int64_t>(plan.blocks_per_row) * plan.block *
+                    (plan.cluster > 0 ? kUnroll : kBlockUnroll) * plan.vector_elements;
   }
-  plan.row_step = row_threads * kUnroll * plan.vector_elements;
   return plan;
 }
 
@@ -606,10 +618,14 @@ cudaError_t LaunchFormat(const LaunchPlan& plan, cudaStream_t stream, bool is_mi
 template <Format F, bool kIsMin>
 cudaError_t GetCaps(int device, const DeviceInfo& info, DeviceCaps* caps) {
   caps->sms = info.sms;
-  // Every 256-thread kernel shares ScanRow and has about the same register count: the block
-  // kernel's occupancy stands for all of them. Clusters: the exact kernel that will launch.
+  // The team kernels share ScanRow<kUnroll> and have about the same register count: the
+  // widest team's occupancy stands for all of them. Block and cluster kernels: their own.
   cudaError_t err = GetBlocksPerSm(
-      device, reinterpret_cast<const void*>(&BlockKernel<F, kIsMin>), &caps->blocks_per_sm);
+      device, reinterpret_cast<const void*>(&TeamKernel<F, kIsMin, kWarpSize>),
+      &caps->team_blocks_per_sm);
+  if (err != cudaSuccess) return err;
+  err = GetBlocksPerSm(device, reinterpret_cast<const void*>(&BlockKernel<F, kIsMin>),
+                       &caps->block_blocks_per_sm);
   if (err != cudaSuccess) return err;
   return GetClusterFit(device, info.major,
                        reinterpret_cast<const void*>(&ClusterKernel<F, kIsMin>),

@@ -23,7 +23,7 @@ struct LaunchPlan {
   // reduced by `blocks_per_row` blocks; with one block per row the blocks loop over rows, with
   // several they merge through the workspace (the last block of a row to arrive reduces it).
   // Cluster path (cluster > 0, sm_90+): one thread block cluster of `cluster` blocks of
-  // 1024 threads per row, merged through distributed shared memory; no workspace.
+  // 512 threads per row, merged through distributed shared memory; no workspace.
   int team = 0;
   int blocks_per_row = 1;
   int cluster = 0;
