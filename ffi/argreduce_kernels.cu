@@ -51,6 +51,9 @@ namespace {
 #ifndef JAX_ARGREDUCE_TEAM_WAVES
 #define JAX_ARGREDUCE_TEAM_WAVES 1
 #endif
+#ifndef JAX_ARGREDUCE_OVERSUBSCRIBE
+#define JAX_ARGREDUCE_OVERSUBSCRIBE 1
+#endif
 
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = kBlockThreads / kWarpSize;
@@ -67,6 +70,9 @@ constexpr int kMinElementsPerThread = JAX_ARGREDUCE_MIN_ELEMENTS_PER_THREAD;
 // The team kernel's grid: at most this many waves of resident blocks (0: one block per
 // kBlockThreads / team rows, no cap; the rows are then covered without a grid-stride loop).
 constexpr int kTeamWaves = JAX_ARGREDUCE_TEAM_WAVES;
+// Threads shared out among the rows: this many waves of the device (the hardware scheduler
+// balances the blocks of later waves).
+constexpr int kOversubscribe = JAX_ARGREDUCE_OVERSUBSCRIBE;
 // Rows that could use at least this many threads go to the block path.
 constexpr int kBlockPathMinThreads = 256;
 
@@ -211,7 +217,8 @@ __device__ __forceinline__ ArgPair<KeyOf<F>> ScanRow(const BitsOf<F>* __restrict
   for (int32_t c = tid; c < head; c += nthreads) visit(row[c], c);
 
   // Body: track only the best key per vector and the first vector that reached it; the
-  // element's column is recovered once at the end from that vector.
+  // element's column is recovered once at the end from that vector (reloaded: keeping it in
+  // registers instead costs 10-20 registers per thread, and occupancy is register-bound).
   const Vec* __restrict__ vecs = reinterpret_cast<const Vec*>(row + head);
   Key body_best = KeyLimits<Key>::kLowest;
   int32_t body_vec = -1;
@@ -486,7 +493,8 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
   const int64_t capacity_threads = capacity_blocks * kBlockThreads;
   const int64_t per_thread = std::max(kMinElementsPerThread, plan.vector_elements);
   const int64_t useful = CeilDiv(cols, per_thread);  // threads a row can feed
-  const int64_t fair = std::max<int64_t>(1, capacity_threads / std::max<int64_t>(rows, 1));
+  const int64_t fair =
+      std::max<int64_t>(1, kOversubscribe * capacity_threads / std::max<int64_t>(rows, 1));
   const int64_t threads_per_row = std::min(useful, fair);
   if (threads_per_row < kBlockPathMinThreads) {
     int team = 1;
@@ -494,7 +502,8 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
     plan.team = team;
     const int64_t grid = CeilDiv(rows * team, kBlockThreads);
     plan.grid = std::max<int64_t>(
-        1, std::min(grid, kTeamWaves > 0 ? kTeamWaves * capacity_blocks : int64_t{INT32_MAX}));
+        1, std::min(grid, kTeamWaves > 0 ? std::max(kTeamWaves, kOversubscribe) * capacity_blocks
+                                         : int64_t{INT32_MAX}));
     plan.row_step = team * kUnroll * plan.vector_elements;
   } else {
     const int64_t capacity_blocks =
@@ -515,7 +524,7 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
     }
     const bool has_clusters = caps.clusters.active[0] > 0;
     if (plan.blocks_per_row == 1) {
-      plan.grid = std::min(rows, capacity_blocks);
+      plan.grid = std::min(rows, kOversubscribe * capacity_blocks);
     } else if (cluster > 0) {
       // Few wide rows: one cluster per row, merged in distributed shared memory.
       plan.cluster = cluster;
@@ -526,7 +535,7 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
       // More rows than one wave of clusters: one 256-thread block each (no workspace, no
       // memset); also the fallback when the workspace cannot hold two partials per row.
       plan.blocks_per_row = 1;
-      plan.grid = std::min(rows, capacity_blocks);
+      plan.grid = std::min(rows, kOversubscribe * capacity_blocks);
     } else {
       // Pre-sm_90: several blocks per row through the workspace and the done counter.
       plan.blocks_per_row = static_cast<int>(
