@@ -103,7 +103,7 @@ PATH_CASES = [
     ("cluster", 1, 202048),      # one thread block cluster per row (sm_90), merged in DSMEM
     ("cluster", 8, 202049),
     ("cluster", 32, 202048),
-    ("cluster", 100, 202048),     # more rows than 2-block clusters fit: 1-block clusters
+    ("cluster", 100, 202048),     # up to one row per SM still takes a cluster per row
     ("block", 256, 202048),       # more rows than SMs: one 256-thread block each
     # Several blocks per row through the workspace + done counter: on Hopper only with
     # clusters off (test_done_counter_path_without_clusters, kernel_check).
