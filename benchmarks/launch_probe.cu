@@ -84,6 +84,58 @@ __global__ void LoadClusterMerge(const float4* v, int n, float* out) {
   }
 }
 
+// The merge without a trailing cluster barrier: block 0 marks its slots empty before the
+// split barrier's arrive; after the wait each other block stores its (value, part) pair into its
+// slot in block 0 with one 8-byte store and exits; block 0's first warp polls its own shared
+// memory until every slot is full.
+__device__ __forceinline__ void StoreRemote(unsigned long long* slot_in_block0,
+                                            unsigned long long v) {
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(slot_in_block0));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote) : "r"(local));
+  asm volatile("st.relaxed.cluster.shared::cluster.u64 [%0], %1;" ::"r"(remote), "l"(v)
+               : "memory");
+}
+__device__ __forceinline__ unsigned long long LoadLocal(const unsigned long long* slot) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.cluster.shared::cta.u64 %0, [%1];"
+               : "=l"(v)
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(slot)))
+               : "memory");
+  return v;
+}
+
+__global__ void LoadClusterPoll(const float4* v, int n, float* out) {
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ unsigned long long slots[16];
+  const int part = cluster.block_rank();
+  const int parts = cluster.num_blocks();
+  constexpr unsigned long long kEmpty = ~0ull;
+  if (part == 0 && threadIdx.x < 16) slots[threadIdx.x] = kEmpty;
+  cluster.barrier_arrive();
+  const float b = BlockMax(ScanMax(v, n, part * blockDim.x + threadIdx.x, parts * blockDim.x));
+  cluster.barrier_wait();
+  const unsigned long long packed =
+      (static_cast<unsigned long long>(__float_as_uint(b)) << 32) | static_cast<unsigned>(part);
+  if (part != 0) {
+    if (threadIdx.x == 0) StoreRemote(&slots[part], packed);
+    return;
+  }
+  if (threadIdx.x < 32) {
+    float m = -INFINITY;
+    if (threadIdx.x == 0) {
+      m = b;
+    } else if (threadIdx.x < parts) {
+      unsigned long long s;
+      while ((s = LoadLocal(&slots[threadIdx.x])) == kEmpty) {
+      }
+      m = __uint_as_float(static_cast<unsigned>(s >> 32));
+    }
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) out[0] = m;
+  }
+}
+
 template <class... Args>
 void Launch(const char* what, void (*kernel)(Args...), int grid, int block, int cluster,
             Args... args) {
@@ -129,6 +181,8 @@ int main() {
   Launch("808KB no merge, cluster launch", LoadNoMerge, 16, 512, 16, cx, n_big, out);
   Launch("808KB merge split", LoadClusterMerge<true>, 16, 512, 16, cx, n_big, out);
   Launch("808KB merge split", LoadClusterMerge<true>, 16, 256, 16, cx, n_big, out);
+  Launch("808KB poll merge", LoadClusterPoll, 16, 512, 16, cx, n_big, out);
+  Launch("808KB poll merge", LoadClusterPoll, 16, 1024, 16, cx, n_big, out);
   Launch("808KB no merge", LoadNoMerge, 132, 1024, 0, cx, n_big, out);
   Launch("808KB no merge", LoadNoMerge, 132, 256, 0, cx, n_big, out);
   Launch("808KB no merge", LoadNoMerge, 528, 256, 0, cx, n_big, out);
@@ -139,8 +193,18 @@ int main() {
   Launch("128KB merge sync", LoadClusterMerge<false>, 8, 1024, 8, cx, n_small, out);
   Launch("128KB merge split", LoadClusterMerge<true>, 16, 512, 16, cx, n_small, out);
   Launch("128KB no merge, cluster launch", LoadNoMerge, 16, 512, 16, cx, n_small, out);
+  Launch("128KB poll merge", LoadClusterPoll, 16, 512, 16, cx, n_small, out);
   Launch("128KB no merge", LoadNoMerge, 1, 1024, 0, cx, n_small, out);
   Launch("128KB no merge", LoadNoMerge, 32, 256, 0, cx, n_small, out);
+  {  // the poll merge must see every block's partial: plant a maximum in the last block's share
+    const float big = 42.0f;
+    CHECK(cudaMemcpy(reinterpret_cast<float*>(x) + (n_big - 1) * 4, &big, 4,
+                     cudaMemcpyHostToDevice));
+    Launch("check poll merge", LoadClusterPoll, 16, 512, 16, cx, n_big, out);
+    float got = 0;
+    CHECK(cudaMemcpy(&got, out, 4, cudaMemcpyDeviceToHost));
+    std::printf("probe: poll merge check %s (got %g)\n", got == big ? "ok" : "FAILED", got);
+  }
   CHECK(cudaFree(x));
   CHECK(cudaFree(out));
   std::printf("probe: done\n");
