@@ -332,96 +332,36 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// One 8-byte store into block 0's copy of `slot` (distributed shared memory). Aligned 8-byte
-// accesses are single-copy atomic: the reader sees the old or the new value, never a mix.
-__device__ __forceinline__ void StoreToBlock0(unsigned long long* slot, unsigned long long v) {
-  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(slot));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote) : "r"(local));
-  asm volatile("st.relaxed.cluster.shared::cluster.u64 [%0], %1;" ::"r"(remote), "l"(v)
-               : "memory");
-}
-__device__ __forceinline__ unsigned long long LoadSlot(const unsigned long long* slot) {
-  unsigned long long v;
-  asm volatile("ld.relaxed.cluster.shared::cta.u64 %0, [%1];"
-               : "=l"(v)
-               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(slot)))
-               : "memory");
-  return v;
-}
-#endif
-
 // Few wide rows on Hopper: a thread block cluster per row. Each block reduces its share and
-// sends its best pair to block 0 through distributed shared memory. One launch, no workspace.
-//   32-bit keys: block 0 marks its slots empty before the cluster barrier's arrive; after the
-//   wait, every other block stores its (key, index) pair into its slot in block 0 with one
-//   8-byte store and exits; block 0's first warp polls its own shared memory until every slot
-//   is full (index != -1; real indices are >= 0). No second cluster barrier: it measured
-//   ~1 µs of a ~3.5 µs call (benchmarks/NOTES.md, launch probe).
-//   64-bit keys (float64, 16-byte pairs, no single-copy atomic store): plain stores and a
-//   second cluster barrier.
+// writes its best pair straight into block 0's shared memory (distributed shared memory); one
+// cluster barrier (release/acquire at cluster scope) later block 0 merges them. One launch, no
+// workspace, no counter to zero.
 template <Format F, bool kIsMin>
 __global__ void __launch_bounds__(kClusterBlockThreads)
     ClusterKernel(const BitsOf<F>* __restrict__ x, int64_t rows, int32_t cols, void* indices,
                   bool index_is_int64) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Key = KeyOf<F>;
-  using Pair = ArgPair<Key>;
+  using Pair = ArgPair<KeyOf<F>>;
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
+  __shared__ Pair cluster_best[kMaxClusterBlocks];  // used in block 0 only
   const int part = static_cast<int>(cluster.block_rank());
   const int parts = static_cast<int>(cluster.num_blocks());
   const int64_t row = blockIdx.x / parts;  // the launch has exactly rows * parts blocks
-  if constexpr (sizeof(Key) == 4) {
-    constexpr unsigned long long kEmpty = 0xFFFFFFFF00000000ull;  // index -1
-    __shared__ unsigned long long slots[kMaxClusterBlocks];      // used in block 0 only
-    if (part == 0 && threadIdx.x < kMaxClusterBlocks) slots[threadIdx.x] = kEmpty;
-    // Split barrier: block 0's slots are marked empty (release) before any block can store
-    // into them (acquire in the wait); waiting for that after the scan costs nothing.
-    cluster.barrier_arrive();
-    Pair p = ScanRow<F, kIsMin, kUnroll>(x + row * cols, cols,
-                                         part * kClusterBlockThreads + threadIdx.x,
-                                         parts * kClusterBlockThreads);
-    p = BlockReduce<kClusterBlockThreads>(p);
-    cluster.barrier_wait();
-    if (part != 0) {
-      if (threadIdx.x == 0) {
-        StoreToBlock0(&slots[part], (static_cast<unsigned long long>(
-                                         static_cast<uint32_t>(p.index)) << 32) |
-                                        static_cast<uint32_t>(p.key));
-      }
-      return;  // nothing reads this block's shared memory
-    }
-    if (threadIdx.x < kWarpSize) {
-      Pair q = Pair::Identity();
-      if (threadIdx.x == 0) {
-        q = p;  // block 0's own partial (valid in thread 0)
-      } else if (threadIdx.x < parts) {
-        unsigned long long v;
-        while ((v = LoadSlot(&slots[threadIdx.x])) == kEmpty) {
-        }
-        q = Pair{static_cast<Key>(static_cast<uint32_t>(v)),
-                 static_cast<int32_t>(static_cast<uint32_t>(v >> 32))};
-      }
-      q = WarpReduce<kWarpSize>(q);
-      if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, q.index);
-    }
-  } else {
-    __shared__ Pair cluster_best[kMaxClusterBlocks];  // used in block 0 only
-    cluster.barrier_arrive();
-    Pair p = ScanRow<F, kIsMin, kUnroll>(x + row * cols, cols,
-                                         part * kClusterBlockThreads + threadIdx.x,
-                                         parts * kClusterBlockThreads);
-    p = BlockReduce<kClusterBlockThreads>(p);
-    cluster.barrier_wait();  // block 0's shared memory may only be written once it started
-    if (threadIdx.x == 0) cluster.map_shared_rank(cluster_best, 0)[part] = p;
-    cluster.sync();  // the partials are in block 0 (release/acquire at cluster scope)
-    if (part == 0 && threadIdx.x < kWarpSize) {
-      Pair q = threadIdx.x < parts ? cluster_best[threadIdx.x] : Pair::Identity();
-      q = WarpReduce<kWarpSize>(q);
-      if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, q.index);
-    }
+  // Split barrier: block 0's shared memory may only be written once every block of the
+  // cluster has started; waiting for that after the scan costs nothing.
+  cluster.barrier_arrive();
+  Pair p = ScanRow<F, kIsMin, kUnroll>(x + row * cols, cols,
+                                       part * kClusterBlockThreads + threadIdx.x,
+                                       parts * kClusterBlockThreads);
+  p = BlockReduce<kClusterBlockThreads>(p);
+  cluster.barrier_wait();
+  if (threadIdx.x == 0) cluster.map_shared_rank(cluster_best, 0)[part] = p;
+  cluster.sync();  // the partials are in block 0 (release/acquire at cluster scope)
+  if (part == 0 && threadIdx.x < kWarpSize) {
+    Pair q = threadIdx.x < parts ? cluster_best[threadIdx.x] : Pair::Identity();
+    q = WarpReduce<kWarpSize>(q);
+    if (threadIdx.x == 0) StoreIndex(indices, index_is_int64, row, q.index);
   }
 #else
   __trap();  // the planner never picks clusters below sm_90
