@@ -12,12 +12,17 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 stage=${1:-all}
 shift || true
-[[ $stage == all ]] && stage=bench,example,test
+stage=${stage//all/bench,example,test}
+for s in ${stage//,/ }; do
+  case $s in bench|example|test|ncu|probe|sweep) ;;
+    *) echo "unknown stage '$s' (all, bench, example, test, ncu, probe, sweep)"; exit 2 ;;
+  esac
+done
 has() { [[ ,$stage, == *,$1,* ]]; }
-build() {  # build [extra CMAKE_CUDA_FLAGS]
+build() {  # build [CMAKE_CUDA_FLAGS]: always passed, so a sweep variant's flags do not stick
   python3 -m pip install --no-build-isolation --no-deps -q \
     -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C cmake.define.JAX_ARGREDUCE_CUDA=ON \
-    -C "cmake.define.CMAKE_CUDA_FLAGS=${1:-}" -e . >/tmp/build.log 2>&1 ||
+    -C "cmake.define.CMAKE_CUDA_FLAGS=${1:-${CUDAFLAGS:-}}" -e . >/tmp/build.log 2>&1 ||
     { tail -50 /tmp/build.log; return 1; }
 }
 export PYTHONUNBUFFERED=1
@@ -61,21 +66,22 @@ if has ncu; then
   # L2 as in bench.py (no flush between launches): 4 inputs per case, rotated.
   echo "== ncu: our kernels (benchmarks/kernel_profile.cu) on the missed-target shapes" | tee -a "$log"
   nvcc -O3 -std=c++17 -arch=sm_90 -Iffi -o /tmp/kernel_profile benchmarks/kernel_profile.cu \
-    ffi/argreduce_kernels.cu 2>/dev/null &&
+    ffi/argreduce_kernels.cu > "$OUT/nvcc_kernel_profile.log" 2>&1 &&
     timeout 240 ncu --clock-control none --cache-control none $NCU_SECTIONS \
       --section SourceCounters /tmp/kernel_profile > "$OUT/ncu.log" 2>&1
   rc=$(( rc | $? ))
   python3 benchmarks/ncu_summary.py --group 5 "$OUT/ncu.log" | tee -a "$log"
   echo "== ncu: our XLA path vs jnp.argmax (float32 shapes routed to XLA)" | tee -a "$log"
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 ncu --clock-control none \
-    --cache-control none $NCU_SECTIONS python3 benchmarks/ncu_profile.py --xla \
+    --cache-control none $NCU_SECTIONS python3 benchmarks/ncu_profile.py \
     > "$OUT/ncu_xla.log" 2>&1
   rc=$(( rc | $? ))
   python3 benchmarks/ncu_summary.py "$OUT/ncu_xla.log" | grep -v "^    " | tee -a "$log"
 fi
 if has probe; then
   echo "== launch probe under ncu (gpu__time_duration per launch)" | tee -a "$log"
-  nvcc -O3 -arch=sm_90 -o /tmp/launch_probe benchmarks/launch_probe.cu &&
+  nvcc -O3 -arch=sm_90 -o /tmp/launch_probe benchmarks/launch_probe.cu \
+    > "$OUT/nvcc_probe.log" 2>&1 &&
     timeout 120 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
       /tmp/launch_probe > "$OUT/probe.log" 2>&1
   rc=$(( rc | $? ))
@@ -93,13 +99,17 @@ if has sweep; then
     python3 benchmarks/bench.py --shapes "$SWEEP_SHAPES" --methods kernel --iters 20 \
       --wall-r 1 --wall-repeats 1 --no-plot --out "$OUT/sweep_$name" > "$OUT/sweep_$name.log" 2>&1
     rc=$(( rc | $? ))
-    grep -E "^[0-9]+x[0-9]+ " "$OUT/sweep_$name.log" | awk '{print $1, $2, $4, $5, $NF}' |
+    # shape, dtype, ours and jnp span (µs), path/geometry (the table's columns 12 on)
+    grep -E "^[0-9]+x[0-9]+ " "$OUT/sweep_$name.log" |
+      awk '{g = $12; for (i = 13; i <= NF; i++) g = g " " $i; print $1, $2, $4, $5, g}' |
       tee -a "$log"
   done
   build || rc=1
 fi
 echo "== summary (exit $rc)"
-grep -hE "^[0-9]+ (passed|failed)|passed|failed" "$OUT/pytest_gpu.log" 2>/dev/null | tail -1
-grep -hE "SUMMARY" "$OUT/pytest_gpu.log" 2>/dev/null | tail -4
-grep -hE "identical|tokens/s" "$log" 2>/dev/null | tail -8
+if has test; then
+  grep -hE "^[0-9]+ (passed|failed)|passed|failed" "$OUT/pytest_gpu.log" 2>/dev/null | tail -1
+  grep -hE "SUMMARY" "$OUT/pytest_gpu.log" 2>/dev/null | tail -4
+fi
+has example && grep -hE "identical|tokens/s" "$log" 2>/dev/null | tail -8
 exit $rc

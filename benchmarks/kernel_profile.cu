@@ -1,7 +1,8 @@
 // Our kernels alone, for `ncu` (benchmarks/gpu_check.sh ncu): the launcher of
 // ffi/argreduce_kernels.cu on the shapes whose SPEC §4 targets were missed, without JAX, so the
 // profiler attaches to a small process. Each shape: 4 distinct random inputs, each reduced
-// once (as bench.py rotates 4 inputs), then the first again; profile the last launches.
+// once (as bench.py rotates 4 inputs), then the first again: 5 launches per case, which
+// ncu_summary.py --group 5 matches to the case's label.
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iffi -o /tmp/kernel_profile benchmarks/kernel_profile.cu \
 //     ffi/argreduce_kernels.cu
 //   kernel_profile [ROWSxCOLSxDTYPE ...]   (dtype f32 or bf16)

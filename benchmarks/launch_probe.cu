@@ -1,6 +1,6 @@
 // Where does a few-row launch spend its time? Standalone kernels that isolate the pieces of the
-// cluster kernel (launch of 1024-thread blocks, cluster launch, cluster barrier, the loads, the
-// DSMEM merge), run under `ncu --clock-control none` (benchmarks/gpu_check.sh probe), which
+// cluster kernel (launch of 256-1024-thread blocks, cluster launch, cluster barrier, the loads,
+// the DSMEM merge), run under `ncu --clock-control none` (benchmarks/gpu_check.sh probe), which
 // reports each launch's gpu__time_duration. Every kernel runs 5 times on the same buffer (L2
 // warm, as in bench.py, whose 4 inputs of a few-row case fit in L2); read the last ones.
 //   nvcc -O3 -arch=sm_90 -o /tmp/launch_probe benchmarks/launch_probe.cu
@@ -203,7 +203,7 @@ int main() {
     Launch("check poll merge", LoadClusterPoll, 16, 512, 16, cx, n_big, out);
     float got = 0;
     CHECK(cudaMemcpy(&got, out, 4, cudaMemcpyDeviceToHost));
-    std::printf("probe: poll merge check %s (got %g)\n", got == big ? "ok" : "FAILED", got);
+    std::printf("check: poll merge %s (got %g)\n", got == big ? "ok" : "FAILED", got);
   }
   CHECK(cudaFree(x));
   CHECK(cudaFree(out));

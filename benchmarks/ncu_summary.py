@@ -13,20 +13,26 @@ HEADER = re.compile(r"^  (\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\)
 METRIC = re.compile(r"^\s{4,}(\S.*?)\s{2,}(\S+)\s+([-\d,.]+)\s*$")
 RULE = re.compile(r"^\s{4}(OPT|WRN|INF)\s+(.*)$")
 CASE = re.compile(r"^(case .*|probe: .*)$")
-WANTED = {"Duration": "dur", "gpu__time_duration.sum": "dur", "DRAM Throughput": "dram%",
-          "Memory Throughput": "mem%", "Achieved Occupancy": "occ%",
-          "Registers Per Thread": "regs", "Cluster Size": "cluster",
-          "Warp Cycles Per Issued Instruction": "cyc/issue"}
+# (metric name, unit or None for any) -> key. ncu prints "Memory Throughput" twice: in % (Speed
+# Of Light) and in bytes/s (Memory Workload Analysis); only the % one is wanted.
+WANTED = {("Duration", None): "dur", ("gpu__time_duration.sum", None): "dur",
+          ("DRAM Throughput", "%"): "dram%", ("Memory Throughput", "%"): "mem%",
+          ("Achieved Occupancy", "%"): "occ%", ("Registers Per Thread", None): "regs",
+          ("Warp Cycles Per Issued Instruction", None): "cyc/issue"}
 
 
 def short_name(name):
-  """'void ns::(anonymous namespace)::K<(ns::Format)2, false>(args)' -> 'K<(Format)2, false>'."""
-  for junk in ("void ", "jax_argreduce::", "(anonymous namespace)::", "Format::"):
+  """'void <unnamed>::K<2, 0>(const T *, ...)' or 'void ns::(anonymous namespace)::K<...>(...)'
+  -> 'K<2, 0>'."""
+  if name.startswith("void "):
+    name = name[len("void "):]
+  for junk in ("<unnamed>::", "unnamed>::", "jax_argreduce::", "(anonymous namespace)::",
+               "Format::"):
     name = name.replace(junk, "")
   depth = 0
   for i, ch in enumerate(name):
     depth += {"<": 1, ">": -1}.get(ch, 0)
-    if ch == "(" and depth == 0:
+    if ch == "(" and depth <= 0:
       return name[:i]
   return name
 
@@ -59,9 +65,9 @@ def parse(path):
       continue
     rule = None
     m = METRIC.match(line)
-    if m and m.group(1) in WANTED:
+    key = m and (WANTED.get((m.group(1), m.group(2))) or WANTED.get((m.group(1), None)))
+    if key:
       unit, val = m.group(2), float(m.group(3).replace(",", ""))
-      key = WANTED[m.group(1)]
       if key == "dur":  # to microseconds
         val *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
                 "msecond": 1e3}.get(unit, 1.0)
@@ -77,6 +83,12 @@ def main(argv):
   for path in paths:
     print(f"-- {path}")
     launches, labels = parse(path)
+    if not launches:
+      print(f"no profiled launches in {path}")
+      return 1
+    if group and len(launches) != group * len(labels):
+      print(f"{len(launches)} launches for {len(labels)} labels x {group}: cannot match them")
+      return 1
     if group:
       chunks = [(labels[i] if i < len(labels) else "?", launches[i * group:(i + 1) * group])
                 for i in range((len(launches) + group - 1) // group)]
@@ -96,4 +108,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(main(sys.argv[1:]))

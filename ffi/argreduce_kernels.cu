@@ -67,12 +67,19 @@ constexpr int kUnroll = JAX_ARGREDUCE_UNROLL;
 constexpr int kBlockUnroll = JAX_ARGREDUCE_BLOCK_UNROLL;
 // At least this many elements per thread before more threads are given to a row.
 constexpr int kMinElementsPerThread = JAX_ARGREDUCE_MIN_ELEMENTS_PER_THREAD;
-// The team kernel's grid: at most this many waves of resident blocks (0: one block per
-// kBlockThreads / team rows, no cap; the rows are then covered without a grid-stride loop).
+// The team kernel's grid: at most max(kTeamWaves, kOversubscribe) waves of resident blocks
+// (kTeamWaves 0: one block per kBlockThreads / team rows, no cap; the rows are then covered
+// without a grid-stride loop).
 constexpr int kTeamWaves = JAX_ARGREDUCE_TEAM_WAVES;
 // Threads shared out among the rows: this many waves of the device (the hardware scheduler
 // balances the blocks of later waves).
 constexpr int kOversubscribe = JAX_ARGREDUCE_OVERSUBSCRIBE;
+static_assert(kClusterBlockThreads % kWarpSize == 0 && kClusterBlockThreads >= kWarpSize &&
+                  kClusterBlockThreads <= 1024,
+              "cluster blocks are whole warps, at most 1024 threads");
+static_assert(kUnroll >= 1 && kBlockUnroll >= 1 && kMinElementsPerThread >= 1 &&
+                  kTeamWaves >= 0 && kOversubscribe >= 1,
+              "tuning knobs out of range");
 // Rows that could use at least this many threads go to the block path.
 constexpr int kBlockPathMinThreads = 256;
 
@@ -488,9 +495,10 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
   const int elem_bytes = format == Format::kF64 ? 8 : format == Format::kF32 ? 4 : 2;
   LaunchPlan plan;
   plan.vector_elements = static_cast<int>(sizeof(Vec)) / elem_bytes;
-  // One wave: the blocks the device holds at once.
-  const int64_t capacity_blocks = static_cast<int64_t>(caps.sms) * caps.team_blocks_per_sm;
-  const int64_t capacity_threads = capacity_blocks * kBlockThreads;
+  // One wave of the team kernel: the blocks the device holds at once.
+  const int64_t team_capacity_blocks =
+      static_cast<int64_t>(caps.sms) * caps.team_blocks_per_sm;
+  const int64_t capacity_threads = team_capacity_blocks * kBlockThreads;
   const int64_t per_thread = std::max(kMinElementsPerThread, plan.vector_elements);
   const int64_t useful = CeilDiv(cols, per_thread);  // threads a row can feed
   const int64_t fair =
@@ -502,16 +510,17 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
     plan.team = team;
     const int64_t grid = CeilDiv(rows * team, kBlockThreads);
     plan.grid = std::max<int64_t>(
-        1, std::min(grid, kTeamWaves > 0 ? std::max(kTeamWaves, kOversubscribe) * capacity_blocks
-                                         : int64_t{INT32_MAX}));
+        1, std::min(grid, kTeamWaves > 0
+                              ? std::max(kTeamWaves, kOversubscribe) * team_capacity_blocks
+                              : int64_t{INT32_MAX}));
     plan.row_step = team * kUnroll * plan.vector_elements;
   } else {
-    const int64_t capacity_blocks =
+    const int64_t block_capacity_blocks =
         static_cast<int64_t>(caps.sms) * caps.block_blocks_per_sm;  // block kernel's wave
     plan.blocks_per_row = static_cast<int>(std::max<int64_t>(
-        1, std::min(CeilDiv(threads_per_row, kBlockThreads), capacity_blocks / rows)));
+        1, std::min(CeilDiv(threads_per_row, kBlockThreads), block_capacity_blocks / rows)));
     // Largest cluster whose clusters all fit at once, one per row, no bigger than the row can
-    // feed; size 1 (one kClusterBlockThreads block per row) while the rows fit in one wave.
+    // feed; size 1 (one kClusterBlockThreads block per row) while the rows' clusters all fit.
     // Up to one row per SM: with more rows, one block of the block kernel per row already
     // fills the device, and its deeper unroll measured faster (256x202048, NOTES.md).
     int cluster = 0;
@@ -524,7 +533,7 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
     }
     const bool has_clusters = caps.clusters.active[0] > 0;
     if (plan.blocks_per_row == 1) {
-      plan.grid = std::min(rows, kOversubscribe * capacity_blocks);
+      plan.grid = std::min(rows, kOversubscribe * block_capacity_blocks);
     } else if (cluster > 0) {
       // Few wide rows: one cluster per row, merged in distributed shared memory.
       plan.cluster = cluster;
@@ -532,10 +541,11 @@ LaunchPlan MakePlan(const DeviceCaps& caps, Format format, int64_t rows, int64_t
       plan.block = kClusterBlockThreads;
       plan.grid = rows * cluster;
     } else if (has_clusters || rows * 2 > kMaxMultiBlockGrid) {
-      // More rows than one wave of clusters: one 256-thread block each (no workspace, no
-      // memset); also the fallback when the workspace cannot hold two partials per row.
+      // More rows than SMs or than one wave of clusters holds: one 256-thread block each (no
+      // workspace, no memset); also the fallback when the workspace cannot hold two partials
+      // per row.
       plan.blocks_per_row = 1;
-      plan.grid = std::min(rows, kOversubscribe * capacity_blocks);
+      plan.grid = std::min(rows, kOversubscribe * block_capacity_blocks);
     } else {
       // Pre-sm_90: several blocks per row through the workspace and the done counter.
       plan.blocks_per_row = static_cast<int>(
@@ -628,7 +638,8 @@ template <Format F, bool kIsMin>
 cudaError_t GetCaps(int device, const DeviceInfo& info, DeviceCaps* caps) {
   caps->sms = info.sms;
   // The team kernels share ScanRow<kUnroll> and have about the same register count: the
-  // widest team's occupancy stands for all of them. Block and cluster kernels: their own.
+  // widest team's occupancy stands for all of them (ptxas: 40-58 registers, 4-5 resident
+  // blocks for every width and format). Block and cluster kernels: their own.
   cudaError_t err = GetBlocksPerSm(
       device, reinterpret_cast<const void*>(&TeamKernel<F, kIsMin, kWarpSize>),
       &caps->team_blocks_per_sm);

@@ -43,8 +43,8 @@ inline constexpr int64_t kMaxMultiBlockGrid = 4096;
 inline constexpr size_t kArgReduceWorkspaceBytes = kMaxMultiBlockGrid * (16 + 4) + 16;
 
 // Launch geometry for `rows` x `cols` elements of `format` (argmin when is_min) on the current
-// device: one wave of threads over the device, each thread with at least max(4,
-// vector_elements) elements.
+// device: one wave of threads over the device (by default; see the tuning knobs in
+// argreduce_kernels.cu), each thread with at least max(4, vector_elements) elements.
 cudaError_t PlanArgReduce(Format format, bool is_min, int64_t rows, int64_t cols,
                           LaunchPlan* plan);
 

@@ -70,8 +70,8 @@ int main() {
   struct Case { int64_t rows, cols; };
   // Team path with rows looped (400000 x 5: more rows than threads in the wave), team 32,
   // one block per row, clusters (or, with JAX_ARGREDUCE_DISABLE_CLUSTERS=1, several blocks per
-  // row through the workspace + done counter) incl. a row longer than one scan step, one
-  // 1024-thread block per row (100 x 20001), odd widths.
+  // row through the workspace + done counter) incl. a row longer than one scan step, small
+  // clusters for up to one row per SM (100 x 20001), odd widths.
   const Case cases[] = {{400000, 5}, {70001, 3}, {4096, 8}, {3, 1}, {5, 2}, {1000, 1023},
                         {300, 4097}, {1, 202049}, {2, 202047}, {8, 131073}, {1, 1 << 21},
                         {40, 65535}, {100, 20001}};
