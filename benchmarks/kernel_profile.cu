@@ -17,17 +17,9 @@
 #include <vector>
 
 #include "argreduce_kernels.h"
+#include "cuda_check.h"
 
 using namespace jax_argreduce;
-
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 int main(int argc, char** argv) {
   std::vector<std::string> cases(argv + 1, argv + argc);

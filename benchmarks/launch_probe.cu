@@ -10,16 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace cg = cooperative_groups;
+#include "cuda_check.h"
 
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+namespace cg = cooperative_groups;
 
 __global__ void Noop() {}
 
