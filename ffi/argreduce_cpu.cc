@@ -1,5 +1,5 @@
 // CPU FFI handler: argmax/argmin over the last axis of an array viewed as [rows, cols].
-// Same semantics as the CUDA kernels (both use argreduce_compare.h), so CI without a GPU
+// Same semantics as the CUDA kernels (both use order.h), so CI without a GPU
 // exercises the whole JAX stack. The answer is the first column whose key equals the row's
 // largest key: the lowest index wins ties.
 #include "argreduce_cpu.h"
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "argreduce_compare.h"
+#include "order.h"
 #include "argreduce_ffi_common.h"
 
 namespace jax_argreduce {

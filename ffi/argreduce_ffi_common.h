@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "argreduce_compare.h"
+#include "order.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_argreduce {

@@ -1,6 +1,6 @@
 // CUDA argmax/argmin over the last axis of a row-major [rows, cols] array.
 //
-// Device code is a small algebra over ArgPair (argreduce_compare.h): thread -> team of lanes
+// Device code is a small algebra over ArgPair (order.h): thread -> team of lanes
 // (warp shuffles) -> block (shared memory) -> grid (workspace + done counter). Because the
 // combine step is a total order on (key, index), every reduction order gives the same answer:
 // the result is exactly numpy's, whatever the launch geometry.

@@ -9,7 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "argreduce_compare.h"
+#include "order.h"
 
 namespace jax_argreduce {
 

@@ -4,7 +4,7 @@ Used on GPU where XLA's own reduction measured faster than the kernels (float32/
 more than 8 rows and more than 64 columns), for rows longer than INT32_MAX, and on platforms
 without a handler.
 ``jnp.argmax`` on floats flushes subnormals to zero (jax issue 24281), so instead the floats are
-bitcast to the same integer keys as ``ffi/argreduce_compare.h`` (exact for subnormals, -0 == +0,
+bitcast to the same integer keys as ``ffi/order.h`` (exact for subnormals, -0 == +0,
 every NaN largest for argmax and argmin alike) and XLA takes the integer argmax, whose ties go
 to the lowest index.
 """

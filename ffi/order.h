@@ -11,8 +11,8 @@
 //   * no value maps to kLowestKey, so the reduction identity can never win against data.
 // Pairs are then ordered by (key descending, index ascending): ties and NaNs resolve to the
 // lowest index whatever order partial results are combined in.
-#ifndef JAX_ARGREDUCE_FFI_ARGREDUCE_COMPARE_H_
-#define JAX_ARGREDUCE_FFI_ARGREDUCE_COMPARE_H_
+#ifndef JAX_ARGREDUCE_FFI_ORDER_H_
+#define JAX_ARGREDUCE_FFI_ORDER_H_
 
 #include <cstdint>
 
@@ -106,4 +106,4 @@ JAX_ARGREDUCE_HD ArgPair<Key> Combine(ArgPair<Key> a, ArgPair<Key> b) {
 
 }  // namespace jax_argreduce
 
-#endif  // JAX_ARGREDUCE_FFI_ARGREDUCE_COMPARE_H_
+#endif  // JAX_ARGREDUCE_FFI_ORDER_H_
