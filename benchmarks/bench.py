@@ -1,77 +1,65 @@
-"""jax_argreduce vs jnp.argmax: GPU time per call from the profiler trace, as SPEC §3 says.
+"""jax_argreduce vs the JAX reference: device time from the profiler trace (SPEC §3, §3b, §4).
 
-What it measures, in ONE process on the SAME inputs
----------------------------------------------------
-For every case (shape rows x cols, dtype, op argmax/argmin) it times
+    python benchmarks/bench.py [MODES] [options]      MODES: comma-separated, default "all"
 
-- ``jax_argreduce`` with ``method="auto"`` (the public path), and with ``--methods`` also
-  ``"kernel"`` (always the FFI handler) and ``"xla"`` (our exact integer-key fallback);
-- the reference ``jnp.argmax`` / ``jnp.argmin`` (over the last axis);
-- with ``--torch``, ``torch.argmax`` on the same buffers (DLPack; CUDA events around one call
-  queued behind a GPU sleep, so GPU time without host launch gaps: not a span).
+Modes (one process, same inputs for ours and the reference; timing in benchmarks/timing.py):
 
-Two figures per case:
+  chain     SPEC §3b, the figure users feel: an unrolled ``lax.scan`` of K=16 decode-like steps,
+            ``logits = h @ W`` ([B,256] x [256,V]), ``tok = pick(logits)``, ``h = 0.5*h + E[tok]``.
+            Per step: program span / K. Reported: step(ours) - step(ref) (µs, negative =
+            faster), our kernels' device time per step (events of our custom call / our
+            ``jax_argreduce`` kernels), the reference pick's estimated device time per step
+            (Δ + ours), and the isolated spans of the same [B, V] pick beside them. Picks:
+            argmax (vs ``jnp.argmax``) and, where the package has it, ``categorical`` (keys
+            folded per step; vs ``jax.random.categorical(key, logits / T)``).
+  isolated  SPEC §3: per op and shape, span per call (median), kernel sum, device events per
+            call, wall time per call inside a jitted program reducing R distinct inputs,
+            GB/s and % of the copy bandwidth measured in the same trace, launch path/geometry.
+            Ops: argmax/argmin (vs jnp.argmax/argmin), max_with_index (vs ``jnp.max`` and
+            ``jnp.argmax`` in one jit: what users write, and XLA may fuse the two reductions
+            into one multi-output kernel, so it is the cheapest exact-enough jnp reference),
+            categorical (vs ``jax.random.categorical(key, logits / T)``, plus our argmax of
+            the same logits as ``ours:argmax``).
+  example   examples/sample.py's own decode step (vocab 202048, batch 8, dim 256, 2 layers,
+            heads 4), greedy and sample, float32 and bfloat16: device span per step, ours vs
+            the reference picker, same run.
+  sharded   issue 11: a 1-D mesh over all devices, rows sharded and vocab sharded inputs:
+            span per call (largest per-device span), ours vs ``jnp.argmax`` on the same sharded
+            input and both on one device; the collectives in each compiled module; results vs
+            numpy. Off-GPU it runs on ``--host-devices`` (4) virtual CPU devices.
+  all       chain,isolated,example.
 
-(a) **GPU span per call** from the JAX profiler's device trace. Each case's function is jitted
-    under its own name (``bench_<impl>_<op>_<dtype>_<rows>x<cols>``), so every device event of
-    it carries ``args.hlo_module == "jit_bench_..."``. Everything is compiled and warmed up
-    first; then ONE ``jax.profiler.start_trace(dir, create_perfetto_trace=True)`` session runs
-    each case ``--iters`` times, rotating among ``--inputs`` distinct random-normal inputs
-    (never zeros), the cases of one shape/dtype interleaved in ``--rounds`` rounds (ours and
-    jnp see the same inputs and the same drifts); each call runs inside a host marker
-    (``jax.profiler.TraceAnnotation("bench_call:<name>:<i>")``) and is waited for
-    (``block_until_ready``; optional host sleep ``--sleep-us``). From
-    ``plugins/profile/<run>/<host>.trace.json.gz`` the GPU events (kernels, memsets, memcpys
-    on the ``Stream #`` lines) of each module are cut into calls by those markers (an event
-    belongs to the last marker that started before it: exact, since each call is waited for;
-    fallbacks in ``trace_util.split_calls``). Per call: the **span** (first event start to
-    last event end, launch gaps between a call's kernels included: the number quoted) and the
-    **sum** of event durations; the median over calls is reported, with the kernel names and
-    their ``kernel_details`` (grid, block, registers).
-(b) **Wall time per call** inside one jitted program that reduces ``--wall-r`` (16) distinct
-    inputs passed as a tuple (R separate reductions of the same shape, not vmap), timed with
-    ``time.perf_counter`` around ``block_until_ready``, median of ``--wall-repeats``, / R.
-    Measured outside the trace session.
+Outputs go to ``--out DIR`` (default: a new temporary folder, printed), never into the source
+tree unless asked: ``results.json`` (every raw number), ``BENCHMARKS.md`` (in-chain table first,
+then the example, isolated, sharded, SPEC §4 targets met/missed from benchmarks/targets.py,
+kernels, environment, method). ``--summary PATH`` also writes the medians per case (the file to
+commit as ``benchmarks/results_summary.json``).
 
-Bandwidth: bytes read (rows*cols*itemsize) / span, against the device's copy bandwidth
-measured at start in the same process and trace: a jitted ``jnp.copy`` of a ``--copy-mib``
-(2048) MiB float32 buffer, (bytes read + bytes written) / span (about 4.3 TB/s on an H200).
+Forcing paths: ``--methods auto,kernel,xla`` (our "auto" route, the FFI handler, the exact XLA
+path). Kernel variants in one process: ``--variants "base=;nopdl=pdl:false"`` calls
+``jax_argreduce._ffi.debug_set_plan_options(**options)`` before each variant's calls (the
+options read at start plus the variant's), each variant its own impl ``ours[name]``.
 
-Launch geometry: ``jax_argreduce._ffi.cuda_launch_plan(rows, cols, dtype)`` where the CUDA
-handler is built and a GPU is present (path, team, blocks_per_row, grid, block), and the
-trace's ``kernel_details`` for us and for XLA.
+Without a GPU the trace has no GPU events: ``--cpu-events`` takes the CPU executor's events
+instead (development only: exercises the trace parsing; the numbers are CPU times). ``--quick``
+runs tiny shapes with few iterations (CPU smoke test of every mode).
 
-Outputs (``--out DIR``, default this folder): a table on stdout, ``results.json`` (all raw
-numbers + environment), ``BENCHMARKS.md`` (table, SPEC §4 targets met/missed, geometry) and
-``speedup.png`` (jnp span / our span per shape, float32 and bfloat16; needs matplotlib).
-
-Running it on the GPU machine (H200, jax with the CUDA plugin, package built with nvcc; on
-this workplace's image put ``/opt/torch/.venv/bin:/usr/local/cuda/bin`` first on PATH: the
-bare ``pip`` there is a system one without scikit-build-core; ``--target /tmp/ja`` plus
-``PYTHONPATH=/tmp/ja`` builds beside an existing install; seen taking ~20 s)::
-
-    python3 -m pip install --no-build-isolation --no-deps -e .   # CUDA handler if nvcc found
-    python3 benchmarks/bench.py                  # full SPEC §3 table: ~30 s on an H200
-    python3 benchmarks/bench.py --methods auto,kernel,xla --argmin --torch
-    python3 benchmarks/bench.py --shapes 1x202048,4096x4096 --dtypes bfloat16 --iters 50
-
-On a machine without a GPU (development): the trace holds CPU events only, so the span
-columns are empty and only wall times are reported (``--cpu-events`` takes the CPU executor's
-events instead, to exercise the trace parsing); results then go to a temporary folder unless
-``--out`` is given, so CPU numbers never land in ``benchmarks/results.json``. ``--quick`` runs a
-few small shapes with fewer iterations.
+    python3 benchmarks/bench.py --out /tmp/b                       # all single-device modes
+    python3 benchmarks/bench.py chain --dtypes bf16 --shapes 8x202048,256x202048
+    python3 benchmarks/bench.py isolated --ops argmax,argmin --methods auto,kernel,xla
+    python3 benchmarks/bench.py isolated --methods kernel --variants "base=;nopdl=pdl:false"
+    python3 benchmarks/bench.py sharded                            # on the 2-GPU machine
+    python3 benchmarks/bench.py all --quick --cpu-events           # CPU smoke test
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
+import dataclasses
+import importlib.util
 import json
 import os
-import platform
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -80,88 +68,149 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import trace_util  # noqa: E402
+import targets as targets_mod  # noqa: E402
+import timing  # noqa: E402
 
-SPEC_SHAPES = [(1, 32000), (1, 128256), (1, 202048), (1, 262144), (8, 202048), (32, 202048),
-               (256, 202048), (4096, 8), (4096, 128), (4096, 4096), (65536, 64), (65536, 1024)]
-QUICK_SHAPES = [(1, 32000), (8, 20000), (4096, 8), (1024, 128), (256, 1024)]
-ARGMIN_SHAPES = [(1, 202048), (8, 202048), (4096, 4096), (65536, 64)]
-DTYPE_NAMES = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-               "float16": "float16", "f16": "float16"}
+MODES = ("chain", "isolated", "example", "sharded")
+OPS = ("argmax", "argmin", "max_with_index", "categorical")
+DTYPES = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "f16": "float16"}
 SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-METHODS = ("auto", "kernel", "xla")
-LARGE_SHAPES = [(4096, 4096), (65536, 1024), (256, 202048)]
+ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+# Default shapes per isolated op (--shapes replaces them for every op).
+ISOLATED_SHAPES = {
+    "argmax": targets_mod.SPEC_SHAPES,
+    "argmin": ((1, 202048), (8, 202048), (4096, 4096), (65536, 64)),
+    "max_with_index": ((1, 202048), (8, 202048), (256, 202048), (4096, 4096)),
+    "categorical": ((1, 32000), (1, 202048), (8, 202048), (32, 202048), (256, 202048)),
+}
+QUICK_SHAPES = ((1, 3000), (8, 2000), (64, 128))
+QUICK_CHAIN_SHAPES = ((1, 3000), (4, 2000))
+QUICK_SHARDED = (("float32", 8, 4000), ("bfloat16", 16, 4000))
+CHAIN_DIM = 256
+QUICK_CHAIN_DIM = 32
+EXAMPLE = dict(vocab=202048, batch=8, dim=256, layers=2, heads=4, prompt_len=8)
+QUICK_EXAMPLE = dict(vocab=3000, batch=2, dim=32, layers=2, heads=2, prompt_len=4)
+
+
+def log(msg: str) -> None:
+  print(msg, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
-# Arguments and environment
+# Adapter to the package's internals. The fallbacks serve the package as it was before the
+# restructure (jax_argreduce._api._argreduce, _primitive, cuda_launch_plan): delete them, and
+# --stand-ins, once _api.reduce, _dispatch and the new ops have landed.
 
 
-def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--shapes", help="comma-separated ROWSxCOLS (default: SPEC §3's twelve)")
-  p.add_argument("--dtypes", default="float32,bfloat16", help="float32,bfloat16 (f32, bf16)")
-  p.add_argument("--methods", default="auto", help="jax_argreduce methods: auto,kernel,xla")
-  p.add_argument("--argmin", action="store_true",
-                 help=f"also argmin on {', '.join(f'{r}x{c}' for r, c in ARGMIN_SHAPES)} "
-                      "(those selected; with --quick on the quick shapes)")
-  p.add_argument("--iters", type=int, default=None, help="traced calls per case (30; quick 10)")
-  p.add_argument("--inputs", type=int, default=4, help="distinct inputs rotated among (4)")
-  p.add_argument("--warmup", type=int, default=3, help="untraced calls per case first (3)")
-  p.add_argument("--sleep-us", type=float, default=0.0,
-                 help="host sleep after each traced call (0: calls are split by host markers; "
-                      "a sleep only helps the gap fallback)")
-  p.add_argument("--rounds", type=int, default=3,
-                 help="traced calls of a shape/dtype run in this many rounds, cases "
-                      "interleaved (3)")
-  p.add_argument("--gap-us", type=float, default=50.0,
-                 help="fallback split: a gap longer than this starts a new call (50)")
-  p.add_argument("--wall-r", type=int, default=None,
-                 help="distinct inputs reduced in one jitted program for wall time (16; quick 4)")
-  p.add_argument("--wall-repeats", type=int, default=None, help="timed runs of it (10; quick 5)")
-  p.add_argument("--copy-mib", type=int, default=None,
-                 help="buffer for the copy-bandwidth reference (2048 on GPU, 64 on CPU/quick)")
-  p.add_argument("--out", help="output folder (default: benchmarks/; a temp folder off-GPU)")
-  p.add_argument("--trace-dir", help="where the profiler writes (default: a temp folder)")
-  p.add_argument("--keep-trace", action="store_true", help="do not delete a temp trace folder")
-  p.add_argument("--quick", action="store_true", help="small shapes, fewer iterations")
-  p.add_argument("--torch", action="store_true", help="add torch.argmax (CUDA events)")
-  p.add_argument("--no-plot", action="store_true", help="skip speedup.png")
-  p.add_argument("--cpu-events", action="store_true",
-                 help="without a GPU, take the CPU executor's trace events as 'device' events "
-                      "(development only: exercises the trace parsing)")
-  p.add_argument("--no-command-buffers", action="store_true",
-                 help="set XLA_FLAGS=--xla_gpu_enable_command_buffer= (no CUDA graphs)")
-  p.add_argument("--no-check", action="store_true", help="skip the result check vs jnp")
-  a = p.parse_args(argv)
-
-  if a.shapes:
-    a.shape_list = [_parse_shape(s) for s in a.shapes.split(",") if s.strip()]
-  else:
-    a.shape_list = list(QUICK_SHAPES if a.quick else SPEC_SHAPES)
-  a.dtype_list = []
-  for d in a.dtypes.split(","):
-    d = d.strip()
-    if d not in DTYPE_NAMES:
-      p.error(f"unknown dtype {d!r}; use float32, bfloat16 or float16")
-    a.dtype_list.append(DTYPE_NAMES[d])
-  a.method_list = [m.strip() for m in a.methods.split(",") if m.strip()]
-  for m in a.method_list:
-    if m not in METHODS:
-      p.error(f"unknown method {m!r}; use {', '.join(METHODS)}")
-  if a.iters is None:
-    a.iters = 10 if a.quick else 30
-  if a.wall_r is None:
-    a.wall_r = 4 if a.quick else 16
-  if a.wall_repeats is None:
-    a.wall_repeats = 5 if a.quick else 10
-  if a.iters < 1 or a.inputs < 1 or a.wall_r < 1 or a.wall_repeats < 1:
-    p.error("--iters, --inputs, --wall-r, --wall-repeats must be >= 1")
-  return a
+def has_op(op: str) -> bool:
+  import jax_argreduce
+  return op in ("argmax", "argmin") or hasattr(jax_argreduce, op)
 
 
-def _parse_shape(s: str) -> tuple[int, int]:
+def reduce(x, op: str = "argmax", method: str = "auto"):
+  """Our ``op`` over the last axis of ``x`` by ``method`` ("auto", "kernel", "xla")."""
+  from jax_argreduce import _api
+  if hasattr(_api, "reduce"):
+    return _api.reduce(x, -1, False, op=op, method=method)
+  if op in ("argmax", "argmin"):  # pre-restructure package
+    return _api._argreduce(x, -1, False, is_min=op == "argmin", method=method)
+  if method != "auto":
+    raise NotImplementedError(f"method={method!r} for {op} needs jax_argreduce._api.reduce")
+  import jax_argreduce
+  return getattr(jax_argreduce, op)(x, axis=-1)
+
+
+def route(op: str, platform: str, shape, dtype) -> str | None:
+  """"kernel" or "xla": the path method "auto" takes (None where unknown)."""
+  import numpy as np
+  try:
+    from jax_argreduce import _dispatch
+  except ImportError:
+    _dispatch = None
+  if _dispatch is not None:
+    try:
+      return _dispatch.route(op, platform, tuple(shape), np.dtype(dtype))
+    except Exception:  # noqa: BLE001 - informational
+      return None
+  try:  # pre-restructure package
+    from jax_argreduce import _ffi, _primitive
+    if op not in ("argmax", "argmin"):
+      return None
+    if platform == "cpu":
+      return "kernel" if _primitive._cpu_kernel_wins(shape) else "xla"
+    wins = _ffi.HAS_CUDA and _primitive._cuda_kernel_wins(shape, np.dtype(dtype))
+    return "kernel" if wins else "xla"
+  except Exception:  # noqa: BLE001 - informational
+    return None
+
+
+def launch_plan(rows: int, cols: int, dtype: str, op: str) -> dict | None:
+  """What the CUDA handler launches for [rows, cols] (None off-GPU / without CUDA)."""
+  from jax_argreduce import _ffi
+  try:
+    if not getattr(_ffi, "HAS_CUDA", False):
+      return None
+    if hasattr(_ffi, "debug_launch_plan"):
+      plan = _ffi.debug_launch_plan(rows, cols, dtype, op=op)
+    elif op in ("argmax", "argmin"):  # pre-restructure package
+      plan = _ffi.cuda_launch_plan(rows, cols, dtype, op == "argmin")
+    else:
+      return None
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dict(plan).items()}
+  except Exception as e:  # noqa: BLE001 - informational
+    return {"error": repr(e)}
+
+
+class PlanOptions:
+  """``--variants``: process-wide kernel plan options, set before each variant's calls."""
+
+  def __init__(self):
+    from jax_argreduce import _ffi
+    self.set = getattr(_ffi, "debug_set_plan_options", None)
+    if self.set is None:
+      raise SystemExit("--variants needs jax_argreduce._ffi.debug_set_plan_options(**options), "
+                       "which this build of jax_argreduce does not have")
+    get = getattr(_ffi, "debug_plan_options", None)
+    self.defaults = dict(get()) if get else {}
+
+  def apply(self, options: dict) -> None:
+    self.set(**{**self.defaults, **options})
+
+  def reset(self) -> None:
+    if self.defaults:
+      self.set(**self.defaults)
+
+
+def install_stand_ins() -> list[str]:
+  """--stand-ins (development only): jnp stand-ins for ops the package does not have yet, so
+  their benchmark code runs; their numbers mean nothing."""
+  import jax
+  import jax.numpy as jnp
+  import jax_argreduce
+  added = []
+  if not hasattr(jax_argreduce, "max_with_index"):
+    jax_argreduce.max_with_index = lambda a, axis=-1, keepdims=False: (
+        jnp.max(a, axis=axis, keepdims=keepdims), jnp.argmax(a, axis=axis, keepdims=keepdims))
+    added.append("max_with_index")
+  if not hasattr(jax_argreduce, "categorical"):
+    def categorical(key, logits, axis=-1, *, temperature=None):
+      t = 1.0 if temperature is None else temperature
+      if getattr(key, "ndim", 0):
+        return jax.vmap(lambda k, r: jax.random.categorical(k, r.astype(jnp.float32) / t))(
+            key, logits)
+      return jax.random.categorical(key, logits.astype(jnp.float32) / t, axis=axis)
+    jax_argreduce.categorical = categorical
+    added.append("categorical")
+  return added
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments
+
+
+def _shape(s: str) -> tuple[int, int]:
   try:
     r, c = s.lower().strip().split("x")
     return int(r), int(c)
@@ -169,721 +218,941 @@ def _parse_shape(s: str) -> tuple[int, int]:
     raise SystemExit(f"bad shape {s!r}: use ROWSxCOLS, e.g. 1x202048")
 
 
-def _nvidia_smi() -> dict:
-  exe = shutil.which("nvidia-smi")
-  if not exe:
-    return {}
-  try:
-    out = subprocess.run(
-        [exe, "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem",
-         "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout
-  except Exception:  # noqa: BLE001 - informational only
-    return {}
-  line = out.strip().splitlines()[0] if out.strip() else ""
-  fields = [f.strip() for f in line.split(",")]
-  keys = ["name", "driver_version", "memory_total", "max_sm_clock", "max_mem_clock"]
-  return dict(zip(keys, fields)) if len(fields) >= 2 else {}
-
-
-def environment(jax, device) -> dict:
-  import jaxlib
-  import numpy as np
-  smi = _nvidia_smi()
-  env = {
-      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-      "host": platform.node(),
-      "python": platform.python_version(),
-      "jax": jax.__version__,
-      "jaxlib": getattr(jaxlib, "__version__", "?"),
-      "numpy": np.__version__,
-      "backend": jax.default_backend(),
-      "platform_version": None,
-      "device_kind": getattr(device, "device_kind", str(device)),
-      "gpu_name": smi.get("name") or getattr(device, "device_kind", None),
-      "driver_version": smi.get("driver_version"),
-      "nvidia_smi": smi or None,
-      "compute_capability": getattr(device, "compute_capability", None),
-      "core_count": getattr(device, "core_count", None),
-      "xla_flags": os.environ.get("XLA_FLAGS", ""),
-  }
-  try:
-    env["platform_version"] = jax.extend.backend.get_backend().platform_version
-  except Exception:  # noqa: BLE001
+def _value(v: str):
+  low = v.strip().lower()
+  if low in ("true", "false"):
+    return low == "true"
+  if low == "none":
+    return None
+  for cast in (int, float):
     try:
-      env["platform_version"] = device.client.platform_version
-    except Exception:  # noqa: BLE001
+      return cast(v)
+    except ValueError:
       pass
-  if not env["driver_version"] and env["platform_version"]:
-    env["driver_version"] = f"(nvidia-smi absent) {env['platform_version']}"
+  return v.strip()
+
+
+def parse_variants(text: str) -> list[tuple[str, dict]]:
+  """``name=k1:v1,k2:v2;name2=...`` -> [(name, {k1: v1, ...}), ...] (``name=``: defaults)."""
+  out = []
+  for part in filter(None, (p.strip() for p in text.split(";"))):
+    name, eq, opts = part.partition("=")
+    if not eq or not name.strip().isidentifier():
+      raise SystemExit(f"bad variant {part!r}: use name=key:value,key:value (name an identifier)")
+    kw = {}
+    for item in filter(None, (i.strip() for i in opts.split(","))):
+      k, colon, v = item.partition(":")
+      if not colon:
+        raise SystemExit(f"bad variant option {item!r} in {part!r}: use key:value")
+      kw[k.strip()] = _value(v)
+    out.append((name.strip(), kw))
+  if len({n for n, _ in out}) != len(out):
+    raise SystemExit("variant names must be distinct")
+  return out
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog=__doc__.split("\n", 2)[2])
+  p.add_argument("modes", nargs="?", default="all",
+                 help="comma-separated: chain, isolated, example, sharded, all (default all = "
+                      "chain,isolated,example)")
+  p.add_argument("--shapes", help="ROWSxCOLS,... for chain and isolated (default per mode/op)")
+  p.add_argument("--dtypes", default="float32,bfloat16", help="float32,bfloat16,float16")
+  p.add_argument("--ops", default=",".join(OPS),
+                 help="isolated: argmax,argmin,max_with_index,categorical; chain: argmax, "
+                      "categorical (ops the package lacks are skipped with a note)")
+  p.add_argument("--methods", default="auto", help="our paths: auto,kernel,xla")
+  p.add_argument("--variants", help='kernel variants: "name=k:v,k:v;name2=..." (see above)')
+  p.add_argument("--iters", type=int, help="traced calls per case (isolated 30, chain 20, "
+                 "example 24, sharded 20; quick 5)")
+  p.add_argument("--inputs", type=int, default=4, help="distinct inputs rotated among (4)")
+  p.add_argument("--warmup", type=int, default=3, help="untraced calls per case first (3)")
+  p.add_argument("--rounds", type=int, default=3, help="traced calls in this many rounds, "
+                 "cases interleaved (3)")
+  p.add_argument("--steps", type=int, default=16, help="chain: unrolled steps K (16)")
+  p.add_argument("--temperature", type=float, default=0.8, help="categorical T (0.8)")
+  p.add_argument("--wall-r", type=int, help="isolated: distinct inputs per jitted program "
+                 "for the wall time (16; quick 2; 0 skips)")
+  p.add_argument("--wall-repeats", type=int, help="timed runs of it (10; quick 3)")
+  p.add_argument("--numpy", action="store_true",
+                 help="isolated: also numpy.argmax/argmin wall time on the host copy")
+  p.add_argument("--copy-mib", type=int, help="copy-bandwidth buffer (2048 on GPU; 16 off-GPU "
+                 "or quick)")
+  p.add_argument("--host-devices", type=int, default=4,
+                 help="sharded: virtual CPU devices when there is no GPU (4)")
+  p.add_argument("--out", help="output folder (default: a new temporary folder)")
+  p.add_argument("--summary", help="also write the medians per case as JSON here")
+  p.add_argument("--trace-dir", help="profiler output (default: a temp folder, deleted)")
+  p.add_argument("--keep-trace", action="store_true", help="keep the trace folder")
+  p.add_argument("--quick", action="store_true", help="tiny shapes, few iterations")
+  p.add_argument("--cpu-events", action="store_true",
+                 help="no GPU: time the CPU executor's trace events (development only)")
+  p.add_argument("--stand-ins", action="store_true",
+                 help="development only: jnp stand-ins for ops the package lacks")
+  p.add_argument("--no-command-buffers", action="store_true",
+                 help="XLA_FLAGS=--xla_gpu_enable_command_buffer= (no CUDA graphs)")
+  p.add_argument("--no-check", action="store_true", help="skip the result checks")
+  a = p.parse_args(argv)
+  modes = []
+  for m in filter(None, (m.strip() for m in a.modes.split(","))):
+    if m == "all":
+      modes += ["chain", "isolated", "example"]
+    elif m in MODES:
+      modes.append(m)
+    else:
+      p.error(f"unknown mode {m!r}; use {', '.join(MODES)} or all")
+  a.mode_list = list(dict.fromkeys(modes))
+  a.shape_list = [_shape(s) for s in a.shapes.split(",") if s.strip()] if a.shapes else None
   try:
-    import jax_argreduce
-    from jax_argreduce import _argreduce, _ffi
-    env["jax_argreduce"] = getattr(jax_argreduce, "__version__", "?")
-    env["jax_argreduce_module"] = getattr(_argreduce, "__file__", None)
-    env["has_cuda"] = bool(_ffi.HAS_CUDA)
-  except Exception as e:  # noqa: BLE001
-    env["jax_argreduce_error"] = repr(e)
-  return env
+    a.dtype_list = [DTYPES[d.strip()] for d in a.dtypes.split(",") if d.strip()]
+  except KeyError as e:
+    p.error(f"unknown dtype {e}; use float32, bfloat16 or float16")
+  a.op_list = [o.strip() for o in a.ops.split(",") if o.strip()]
+  for o in a.op_list:
+    if o not in OPS:
+      p.error(f"unknown op {o!r}; use {', '.join(OPS)}")
+  a.method_list = [m.strip() for m in a.methods.split(",") if m.strip()]
+  for m in a.method_list:
+    if m not in ("auto", "kernel", "xla"):
+      p.error(f"unknown method {m!r}; use auto, kernel, xla")
+  a.variant_list = parse_variants(a.variants) if a.variants else []
+  if a.wall_r is None:
+    a.wall_r = 2 if a.quick else 16
+  if a.wall_repeats is None:
+    a.wall_repeats = 3 if a.quick else 10
+  if min(a.inputs, a.steps, a.wall_repeats, a.rounds) < 1 or (a.iters is not None and a.iters < 1):
+    p.error("--iters, --inputs, --steps, --rounds, --wall-repeats must be >= 1")
+  return a
+
+
+def iters_for(args, mode: str) -> int:
+  if args.iters:
+    return args.iters
+  return 5 if args.quick else {"isolated": 30, "chain": 20, "example": 24, "sharded": 20}[mode]
 
 
 # ---------------------------------------------------------------------------------------------
-# Cases
+# Shared pieces
 
 
-class Case:
-  """One timed function: ``impl`` is ja_auto / ja_kernel / ja_xla / jnp / torch."""
-
-  def __init__(self, group, impl, name, fn, wall_fn):
-    self.group, self.impl, self.name, self.fn, self.wall_fn = group, impl, name, fn, wall_fn
-    self.trace = None
-    self.wall_us = None
-    self.wall_samples = []
-    self.match = None
-    self.torch_us = None
-
-
-class Group:
-  """Cases sharing shape, dtype and op (so they share inputs)."""
-
-  def __init__(self, rows, cols, dtype, op):
-    self.rows, self.cols, self.dtype, self.op = rows, cols, dtype, op
-    self.cases: list[Case] = []
-    self.plan = None
-    self.torch = None
+@dataclasses.dataclass
+class Ctx:
+  """What every mode needs: jax, the platform, the trace device, the implementations."""
+  args: argparse.Namespace
+  jax: object
+  jnp: object
+  np: object
+  gpu: bool
+  device: str | None        # "gpu", "cpu" (--cpu-events) or None
+  plan_options: PlanOptions | None
+  notes: list
 
   @property
-  def tag(self):
-    return f"{self.op}_{SHORT[self.dtype]}_{self.rows}x{self.cols}"
+  def platform(self) -> str:
+    return "cuda" if self.gpu else "cpu"
 
-  @property
-  def shape_str(self):
-    return f"{self.rows}x{self.cols}"
-
-  def case(self, impl):
-    return next((c for c in self.cases if c.impl == impl), None)
+  def note(self, text: str) -> None:
+    if text not in self.notes:
+      self.notes.append(text)
 
 
-def _named_jit(jax, name, body):
-  """jax.jit of ``body`` under ``name``: the module (and every trace event) is ``jit_<name>``."""
-  def f(*args):
-    return body(*args)
-  f.__name__ = name
-  f.__qualname__ = name
-  return jax.jit(f)
+def ours_impls(ctx: Ctx, op: str) -> list[tuple[str, str, dict | None]]:
+  """(impl label, method, variant options or None) for every configuration of ours (the
+  sampler: method auto only)."""
+  out = []
+  for method in ctx.args.method_list:
+    if op == "categorical" and method != "auto":
+      continue
+    base = "ours" if method == "auto" else f"ours:{method}"
+    if ctx.args.variant_list:
+      out += [(f"{base}[{name}]", method, kw) for name, kw in ctx.args.variant_list]
+    else:
+      out.append((base, method, None))
+  return out
 
 
-def build_groups(args, jax, jnp):
-  from jax_argreduce import _api
+def make_inputs(ctx: Ctx, shape, dtype, count, tag, scale=1.0, sharding=None):
+  """``count`` distinct random-normal arrays (input i the same whatever count is)."""
+  jax, jnp = ctx.jax, ctx.jnp
+  base = jax.random.key(zlib.crc32(f"{shape}:{dtype}:{tag}".encode()) % (2**31))
+  xs = []
+  for i in range(count):
+    x = (scale * jax.random.normal(jax.random.fold_in(base, i), shape, jnp.float32)).astype(dtype)
+    xs.append(jax.device_put(x, sharding) if sharding is not None else x)
+  return xs
+
+
+def _safe(s: str) -> str:
+  return "".join(ch if ch.isalnum() else "_" for ch in s)
+
+
+def compiled_case(ctx: Ctx, label: str, name: str, body, inputs, **meta) -> timing.Case:
+  """A case whose function is the compiled ``named_jit(name, body)`` for ``inputs[0]``'s
+  shapes: its HLO text gives our custom calls (``ours_us``) and collectives."""
+  jitted = timing.named_jit(name, body)
+  compiled = jitted.lower(*inputs[0]).compile()
+  text = compiled.as_text() or ""
+  meta.setdefault("collectives", timing.collectives(text))
+  return timing.Case(label=label, fn=compiled, inputs=inputs, module="jit_" + name,
+                     our_ops=timing.our_custom_calls(text), meta=meta, traceable=body)
+
+
+def variant_of(case: timing.Case, label: str) -> timing.Case:
+  """Another variant's case on the same compiled function (told apart by its markers)."""
+  return dataclasses.replace(case, label=label, meta=dict(case.meta), result=None)
+
+
+def variant_setup(ctx: Ctx, options: dict | None):
+  if options is None or ctx.plan_options is None:
+    return None
+  return lambda: ctx.plan_options.apply(options)
+
+
+def run_session(ctx: Ctx, cases, mode: str) -> timing.Trace:
+  it = iters_for(ctx.args, mode)
+  log(f"[{mode}] {len(cases)} cases: warming up ...")
+  timing.warm_up(cases, ctx.args.warmup)
+  tr = timing.trace_cases(cases, iters=it, rounds=ctx.args.rounds, device=ctx.device,
+                          trace_dir=ctx.args.trace_dir, keep_trace=ctx.args.keep_trace, log=log)
+  if ctx.plan_options:
+    ctx.plan_options.reset()
+  for c in cases:
+    if c.result and c.result.get("warning"):
+      ctx.note(f"{mode} {c.label}: {c.result['warning']}")
+  return tr
+
+
+def span(case: timing.Case | None) -> float | None:
+  return case.result["span_us"] if case is not None and case.result else None
+
+
+def _div(a, b):
+  return a / b if a is not None and b else None
+
+
+def _sub(a, b):
+  return a - b if a is not None and b is not None else None
+
+
+def plan_string(plan: dict | None, path: str | None) -> str:
+  if path == "xla":
+    return "xla path"
+  if not plan:
+    return path or ""
+  if "error" in plan:
+    return "plan error"
+  dims = lambda v: "x".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+  s = str(plan.get("path", "?"))
+  if "grid" in plan and "block" in plan:
+    s += f" {dims(plan['grid'])}x{dims(plan['block'])}"
+  extra = [f"{k} {dims(plan[k])}" for k in ("team", "parts", "blocks_per_row")
+           if not isinstance(plan.get(k), bool) and plan.get(k) not in (None, 0, 1)]
+  extra += ["pdl"] if plan.get("pdl") is True else []
+  return s + (f" ({', '.join(extra)})" if extra else "")
+
+
+def geometry(case: timing.Case | None, ours_only=False) -> str:
+  if case is None or not case.result:
+    return ""
+  for k in case.result["kernels"]:
+    if k.get("details") and (k["ours"] or not ours_only):
+      return timing.geometry_string(k["details"])
+  return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# isolated
+
+
+def _pick_fns(ctx: Ctx, op: str):
+  """(reference label, reference body, builder of our body by method) for ``op``."""
+  jax, jnp, T = ctx.jax, ctx.jnp, ctx.args.temperature
+  import jax_argreduce
+  if op in ("argmax", "argmin"):
+    ref = jnp.argmax if op == "argmax" else jnp.argmin
+    return (f"jnp.{op}", lambda x: ref(x, axis=-1),
+            lambda method: (lambda x: reduce(x, op, method)))
+  if op == "max_with_index":
+    return ("jnp.max+jnp.argmax", lambda x: (jnp.max(x, axis=-1), jnp.argmax(x, axis=-1)),
+            lambda method: (lambda x: reduce(x, op, method)))
+  if op == "categorical":
+    return ("jax.random.categorical",
+            lambda x, key: jax.random.categorical(key, x / T, axis=-1),
+            lambda method: (lambda x, key: jax_argreduce.categorical(key, x, temperature=T)))
+  raise ValueError(op)
+
+
+def _check(ctx: Ctx, op, got, want, cols) -> bool:
+  np = ctx.np
+  if op == "categorical":
+    g = np.asarray(got)
+    return bool(g.shape == np.asarray(want).shape and (g >= 0).all() and (g < cols).all())
+  if op == "max_with_index":
+    return (np.array_equal(np.asarray(got[1]), np.asarray(want[1]))
+            and np.array_equal(np.asarray(got[0], np.float32), np.asarray(want[0], np.float32),
+                               equal_nan=True))
+  return bool(np.array_equal(np.asarray(got), np.asarray(want)))
+
+
+def isolated_groups(ctx: Ctx) -> list[dict]:
+  """(op, dtype, shape) groups, each with its cases: ours per impl, the reference, and for
+  categorical also our argmax of the same logits."""
+  a, jax = ctx.args, ctx.jax
   groups = []
-  argmin_shapes = set(args.shape_list if args.quick else ARGMIN_SHAPES) & set(args.shape_list)
-  ops = [("argmax", False)] + ([("argmin", True)] if args.argmin else [])
-  for rows, cols in args.shape_list:
-    for dtype in args.dtype_list:
-      for op, is_min in ops:
-        if is_min and (rows, cols) not in argmin_shapes:
-          continue
-        g = Group(rows, cols, dtype, op)
-        ref = jnp.argmin if is_min else jnp.argmax
-        for method in args.method_list:
-          red = (lambda m, mn: lambda x: _api._argreduce(x, -1, False, is_min=mn, method=m))(
-              method, is_min)
-          name = f"bench_ja_{method}_{g.tag}"
-          g.cases.append(Case(
-              g, f"ja_{method}", name, _named_jit(jax, name, red),
-              _named_jit(jax, "wall_" + name[6:], lambda *xs, red=red: tuple(red(x) for x in xs))))
-        red = lambda x, ref=ref: ref(x, axis=-1)
-        name = f"bench_jnp_{g.tag}"
-        g.cases.append(Case(g, "jnp", name, _named_jit(jax, name, red),
-                            _named_jit(jax, "wall_" + name[6:],
-                                       lambda *xs, red=red: tuple(red(x) for x in xs))))
+  for op in a.op_list:
+    if not has_op(op):
+      ctx.note(f"isolated: jax_argreduce has no {op} yet: skipped")
+      continue
+    shapes = a.shape_list or (QUICK_SHAPES if a.quick else ISOLATED_SHAPES[op])
+    ref_label, ref_body, ours_body = _pick_fns(ctx, op)
+    for dtype in a.dtype_list:
+      for rows, cols in shapes:
+        tag = f"{op}_{SHORT[dtype]}_{rows}x{cols}"
+        xs = make_inputs(ctx, (rows, cols), dtype, a.inputs, "bench")
+        inputs = ([(x, jax.random.key(i)) for i, x in enumerate(xs)] if op == "categorical"
+                  else [(x,) for x in xs])
+        g = {"op": op, "dtype": dtype, "rows": rows, "cols": cols, "ref": ref_label,
+             "cases": {}, "route": route(op, ctx.platform, (rows, cols), dtype),
+             "argmax_route": route("argmax", ctx.platform, (rows, cols), dtype),
+             "plan": launch_plan(rows, cols, dtype, op) if ctx.gpu else None}
+        g["cases"]["ref"] = compiled_case(ctx, "ref_" + tag, f"bench_ref_{tag}", ref_body, inputs)
+        built = {}
+        for impl, method, options in ours_impls(ctx, op):
+          if method not in built:  # variants share one compiled function
+            name = f"bench_{_safe(impl.split('[')[0])}_{tag}"
+            try:
+              built[method] = compiled_case(ctx, impl + "_" + tag, name, ours_body(method),
+                                            inputs)
+            except NotImplementedError as e:
+              ctx.note(f"isolated {op} {impl}: {e}")
+              continue
+            c = built[method]
+          else:
+            c = variant_of(built[method], impl + "_" + tag)
+          c.setup = variant_setup(ctx, options)
+          g["cases"][impl] = c
+        if op == "categorical" and has_op("argmax"):
+          g["cases"]["ours:argmax"] = compiled_case(
+              ctx, "ours_argmax_" + tag, f"bench_ours_argmax_{tag}",
+              lambda x, key: reduce(x, "argmax"), inputs)
+          if ctx.plan_options:  # the default plan, whatever variant ran before it
+            g["cases"]["ours:argmax"].setup = ctx.plan_options.reset
+        if not a.no_check:
+          want = g["cases"]["ref"].call(0)
+          for impl, c in g["cases"].items():
+            if impl.startswith("ours") and impl != "ours:argmax":
+              if c.setup:
+                c.setup()
+              c.meta["match"] = _check(ctx, op, c.call(0), want, cols)
+              if not c.meta["match"]:
+                ctx.note(f"MISMATCH: isolated {tag} {impl} differs from {ref_label}")
+        g["wall_inputs"] = None
         groups.append(g)
   return groups
 
 
-def make_inputs(jax, jnp, rows, cols, dtype, count, seed_tag):
-  """``count`` distinct random-normal [rows, cols] arrays; input i is the same for any count."""
-  base = jax.random.key(zlib.crc32(f"{rows}x{cols}:{dtype}:{seed_tag}".encode()) % (2**31))
-  return [jax.random.normal(jax.random.fold_in(base, i), (rows, cols), dtype=jnp.dtype(dtype))
-          for i in range(count)]
+def run_isolated(ctx: Ctx) -> dict:
+  a, jax, jnp, np = ctx.args, ctx.jax, ctx.jnp, ctx.np
+  groups = isolated_groups(ctx)
+  copy_mib = a.copy_mib or (2048 if ctx.gpu and not a.quick else 16)
+  copy_n = copy_mib * (1 << 20) // 4
+  copy_x = jax.random.normal(jax.random.key(7), (copy_n,), jnp.float32)
+  copy = compiled_case(ctx, "copy", f"bench_copy_{copy_mib}MiB", lambda x: jnp.copy(x),
+                       [(copy_x,)])
+  cases = [copy] + [c for g in groups for c in g["cases"].values()]
+  tr = run_session(ctx, cases, "isolated")
+  copy_bytes = 2 * copy_n * 4
+  copy_bw = _div(copy_bytes, span(copy) and span(copy) * 1e-6)
+  if copy_bw is None:  # no trace spans: the wall clock
+    copy_bw = copy_bytes / (timing.wall_time(copy.fn, (copy_x,), a.wall_repeats)[0] * 1e-6)
+  del copy_x
 
+  # Wall time: R distinct inputs reduced in one jitted program; numpy on the host copy.
+  if a.wall_r or a.numpy:
+    t0 = time.perf_counter()
+    for g in groups:
+      xs = make_inputs(ctx, (g["rows"], g["cols"]), g["dtype"], max(a.wall_r, 1), "bench")
+      keys = [jax.random.key(i) for i in range(len(xs))]
+      for impl, c in g["cases"].items():
+        if not a.wall_r:
+          break
+        one = c.traceable
+        if g["op"] == "categorical":
+          body = lambda *args, one=one: tuple(one(x, k) for x, k in zip(args[::2], args[1::2]))
+          flat = tuple(v for pair in zip(xs, keys) for v in pair)
+        else:
+          body = lambda *args, one=one: tuple(one(x) for x in args)
+          flat = tuple(xs)
+        if c.setup:
+          c.setup()
+        fn = timing.named_jit("wall_" + c.module[len("jit_bench_"):], body)
+        c.meta["wall_us"] = timing.wall_time(fn, flat, a.wall_repeats, per=len(xs))[0]
+      if a.numpy and g["op"] in ("argmax", "argmin"):
+        host = np.asarray(xs[0])
+        f = np.argmax if g["op"] == "argmax" else np.argmin
+        ts = []
+        for _ in range(a.wall_repeats):
+          t1 = time.perf_counter()
+          f(host, axis=-1)
+          ts.append((time.perf_counter() - t1) * 1e6)
+        g["numpy_us"] = statistics.median(ts)
+    if ctx.plan_options:
+      ctx.plan_options.reset()
+    log(f"[isolated] wall times in {time.perf_counter() - t0:.1f} s")
 
-def launch_plan(g, gpu: bool):
-  """What the CUDA handler will launch for this group (None off-GPU or without CUDA)."""
-  if not gpu:
-    return None
-  try:
-    from jax_argreduce import _ffi, _primitive
-    if not _ffi.HAS_CUDA:
-      return {"path": "xla (package built without CUDA)"}
-    plan = _ffi.cuda_launch_plan(g.rows, g.cols, g.dtype, g.op == "argmin")
-    plan["auto_uses_kernel"] = _primitive._cuda_kernel_wins((g.rows, g.cols), g.dtype)
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in plan.items()}
-  except Exception as e:  # noqa: BLE001 - informational
-    return {"error": repr(e)}
-
-
-def plan_string(plan, impl) -> str:
-  if not plan:
-    return ""
-  if "error" in plan:
-    return "plan error"
-  if impl == "ja_xla" or (impl == "ja_auto" and plan.get("auto_uses_kernel") is False):
-    return "xla fallback"
-  if "grid" not in plan:
-    return str(plan.get("path", ""))
-  dims = lambda v: "x".join(str(i) for i in v) if isinstance(v, (list, tuple)) else str(v)
-  extra = []
-  if plan.get("cluster"):
-    extra.append(f"cluster {plan['cluster']}")
-  if plan.get("team"):
-    extra.append(f"team {plan['team']}")
-  if plan.get("blocks_per_row") and plan["blocks_per_row"] != 1:
-    extra.append(f"bpr {plan['blocks_per_row']}")
-  s = f"{plan.get('path', '?')} {dims(plan['grid'])}x{dims(plan['block'])}"
-  return s + (f" ({', '.join(extra)})" if extra else "")
+  rows = []
+  for g in groups:
+    ref = g["cases"]["ref"]
+    nbytes = g["rows"] * g["cols"] * ITEMSIZE[g["dtype"]]
+    for impl, c in g["cases"].items():
+      if impl == "ref":
+        continue
+      s = span(c)
+      t = s or c.meta.get("wall_us")
+      bw = _div(nbytes, t and t * 1e-6)
+      path = ("xla" if ":xla" in impl else "kernel" if ":kernel" in impl
+              else g["argmax_route"] if impl == "ours:argmax" else g["route"])
+      geo = plan_string(g["plan"], path) if g["plan"] or path == "xla" else (
+          geometry(c, ours_only=True) or (path or ""))
+      rows.append({
+          "mode": "isolated", "op": g["op"], "dtype": g["dtype"], "rows": g["rows"],
+          "cols": g["cols"], "shape": f"{g['rows']}x{g['cols']}", "impl": impl,
+          "ref": g["ref"], "ours_us": s, "ref_us": span(ref), "ratio": _div(s, span(ref)),
+          "speedup": _div(span(ref), s), "delta_us": _sub(s, span(ref)),
+          "sum_us": c.result and c.result["sum_us"],
+          "events": c.result and c.result["events_per_call"],
+          "ref_events": ref.result and ref.result["events_per_call"],
+          "kernel_us": c.result and c.result["ours_us"],
+          "wall_us": c.meta.get("wall_us"), "ref_wall_us": ref.meta.get("wall_us"),
+          "numpy_us": g.get("numpy_us"), "gbps": bw and bw / 1e9,
+          "pct_copy": bw and 100 * bw / copy_bw, "path": geo, "match": c.meta.get("match"),
+          "prev_us": targets_mod.ISOLATED_OURS_2026_11_30.get(
+              (g["op"], g["dtype"], f"{g['rows']}x{g['cols']}")) if impl == "ours" else None,
+      })
+  return {"rows": rows, "source": tr.source, "copy": {"mib": copy_mib, "span_us": span(copy),
+          "tb_per_s": copy_bw / 1e12}, "cases": cases,
+          "plans": [{k: g[k] for k in ("op", "dtype", "rows", "cols", "route", "plan")}
+                    for g in groups]}
 
 
 # ---------------------------------------------------------------------------------------------
-# Measurement
+# chain (SPEC §3b)
 
 
-MARKER = "bench_call:"
+def run_chain(ctx: Ctx) -> dict:
+  a, jax, jnp, lax = ctx.args, ctx.jax, ctx.jnp, ctx.jax.lax
+  import jax_argreduce
+  K, T = a.steps, a.temperature
+  dim = QUICK_CHAIN_DIM if a.quick else CHAIN_DIM
+  shapes = a.shape_list or (QUICK_CHAIN_SHAPES if a.quick else targets_mod.CHAIN_SHAPES)
+  ops = [o for o in a.op_list if o in ("argmax", "categorical")]
+  if "categorical" in ops and not has_op("categorical"):
+    ctx.note("chain: jax_argreduce has no categorical yet: skipped")
+    ops.remove("categorical")
 
+  def chain(pick):
+    def run(h0, W, E, key):
+      def step(h, i):
+        logits = h @ W
+        tok = pick(logits, jax.random.fold_in(key, i))
+        return 0.5 * h + E[tok], tok
+      return lax.scan(step, h0, jnp.arange(K), unroll=True)
+    return run
 
-def run_traced(jax, name, fn, inputs, first, stop, sleep_s):
-  """Calls ``first..stop-1``, each inside a host marker ``bench_call:<name>:<i>``, waited for."""
-  for i in range(first, stop):
-    with jax.profiler.TraceAnnotation(f"{MARKER}{name}:{i}"):
-      fn(inputs[i % len(inputs)]).block_until_ready()
-    if sleep_s:
-      time.sleep(sleep_s)
-
-
-def wall_time(jax, fn, xs, repeats):
-  jax.block_until_ready(fn(*xs))  # compile + warm up
-  jax.block_until_ready(fn(*xs))
-  samples = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*xs))
-    samples.append((time.perf_counter() - t0) * 1e6 / len(xs))
-  return statistics.median(samples), samples
-
-
-def torch_time(inputs, op, iters):
-  """torch.argmax/argmin (dim=-1) on the same buffers (DLPack, no copy): median µs per call.
-
-  Each call is bracketed by CUDA events and queued behind ~50 µs of GPU sleep
-  (``torch.cuda._sleep``), so the events time the GPU work of the call (its kernels and the
-  gaps between them on the GPU) rather than torch's host dispatch: closer to our "sum"
-  than to the trace span, which includes host launch gaps.
-  """
-  import torch
-  ts = [torch.from_dlpack(x) for x in inputs]
-  f = torch.argmin if op == "argmin" else torch.argmax
-  for t in ts:
-    f(t, dim=-1)
-  torch.cuda.synchronize()
-  sleep = getattr(torch.cuda, "_sleep", None)
-  events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(iters)]
-  for i, (start, end) in enumerate(events):
-    if sleep is not None:
-      sleep(100_000)  # cycles: ~50 µs at 2 GHz, longer than torch's dispatch
-    start.record()
-    f(ts[i % len(ts)], dim=-1)
-    end.record()
-    torch.cuda.synchronize()
-  samples = [start.elapsed_time(end) * 1e3 for start, end in events]
-  return statistics.median(samples), samples
-
-
-def measure(args, jax, jnp, np):
-  device = jax.devices()[0]
-  gpu = device.platform == "gpu" or jax.default_backend() in ("gpu", "cuda", "rocm")
-  env = environment(jax, device)
-  groups = build_groups(args, jax, jnp)
+  picks = {"argmax": ("jnp.argmax", lambda l, k: jnp.argmax(l, axis=-1),
+                      lambda m: (lambda l, k: reduce(l, "argmax", m))),
+           "categorical": ("jax.random.categorical",
+                           lambda l, k: jax.random.categorical(k, l / T, axis=-1),
+                           lambda m: (lambda l, k: jax_argreduce.categorical(
+                               k, l, temperature=T)))}
+  weights = {}
+  groups = []
+  for op in ops:
+    ref_label, ref_pick, ours_pick = picks[op]
+    for dtype in a.dtype_list:
+      for B, V in shapes:
+        if (V, dtype) not in weights:
+          weights[(V, dtype)] = (
+              make_inputs(ctx, (dim, V), dtype, 1, "W", scale=dim ** -0.5)[0],
+              make_inputs(ctx, (V, dim), dtype, 1, "E")[0])
+        W, E = weights[(V, dtype)]
+        h0s = make_inputs(ctx, (B, dim), dtype, a.inputs, "h0")
+        inputs = [(h, W, E, jax.random.key(i)) for i, h in enumerate(h0s)]
+        tag = f"{op}_{SHORT[dtype]}_{B}x{V}"
+        g = {"op": op, "dtype": dtype, "rows": B, "cols": V, "ref": ref_label, "cases": {},
+             "iso": {}, "route": route(op, ctx.platform, (B, V), dtype)}
+        g["cases"]["ref"] = compiled_case(ctx, "chain_ref_" + tag, f"chain_ref_{tag}",
+                                          chain(ref_pick), inputs)
+        # The isolated pick on [B, V] logits, beside.
+        logits = make_inputs(ctx, (B, V), dtype, a.inputs, "bench")
+        iso_in = [(x, jax.random.key(i)) for i, x in enumerate(logits)]
+        g["iso"]["ref"] = compiled_case(ctx, "iso_ref_" + tag, f"iso_ref_{tag}", ref_pick, iso_in)
+        for impl, method, options in ours_impls(ctx, op):
+          # One executable per variant: XLA captures the handler's launches into a CUDA graph
+          # at an executable's first run, so variants cannot share one (their plan options are
+          # applied before that first run by the case's setup).
+          sfx = _safe(impl)
+          try:
+            c, ic = (compiled_case(ctx, f"chain_{impl}_{tag}", f"chain_{sfx}_{tag}",
+                                   chain(ours_pick(method)), inputs),
+                     compiled_case(ctx, f"iso_{impl}_{tag}", f"iso_{sfx}_{tag}",
+                                   ours_pick(method), iso_in))
+          except NotImplementedError as e:
+            ctx.note(f"chain {op} {impl}: {e}")
+            continue
+          c.setup = ic.setup = variant_setup(ctx, options)
+          g["cases"][impl], g["iso"][impl] = c, ic
+          if op == "argmax" and not a.no_check:
+            if c.setup:
+              c.setup()
+            same = ctx.np.array_equal(ctx.np.asarray(c.call(0)[1]),
+                                      ctx.np.asarray(g["cases"]["ref"].call(0)[1]))
+            c.meta["match"] = bool(same)
+            if not same:
+              ctx.note(f"MISMATCH: chain {tag} {impl}: tokens differ from jnp.argmax")
+        groups.append(g)
+  cases = [c for g in groups for d in (g["cases"], g["iso"]) for c in d.values()]
+  tr = run_session(ctx, cases, "chain")
+  rows = []
   for g in groups:
-    g.plan = launch_plan(g, gpu)
-  notes = []
+    ref = g["cases"]["ref"]
+    ref_step = _div(span(ref), K)
+    for impl, c in g["cases"].items():
+      if impl == "ref":
+        continue
+      step = _div(span(c), K)
+      delta = _sub(step, ref_step)
+      kern = c.result["ours_us"] / K if c.result else None
+      ref_pick_est = delta + kern if delta is not None and kern else None
+      shape = f"{g['rows']}x{g['cols']}"
+      rows.append({
+          "mode": "chain", "op": g["op"], "dtype": g["dtype"], "rows": g["rows"],
+          "cols": g["cols"], "shape": shape, "impl": impl, "ref": g["ref"],
+          "ours_us": step, "ref_us": ref_step, "delta_us": delta, "ratio": _div(step, ref_step),
+          "kernel_us": kern, "ref_pick_us": ref_pick_est,
+          "pick_ratio": _div(kern, ref_pick_est) if ref_pick_est and ref_pick_est > 0 else None,
+          "iso_us": span(g["iso"].get(impl)), "iso_ref_us": span(g["iso"]["ref"]),
+          "events": c.result and c.result["events_per_call"] / K,
+          "ref_events": ref.result and ref.result["events_per_call"] / K,
+          "path": ("xla path" if ":xla" in impl else g["route"] or "") if impl.startswith("ours")
+          else "", "match": c.meta.get("match"),
+          "prev_delta_us": targets_mod.CHAIN_DELTA_2026_11_30.get((g["dtype"], shape))
+          if g["op"] == "argmax" and impl == "ours" else None,
+      })
+  return {"rows": rows, "source": tr.source, "steps": K, "dim": dim, "cases": cases}
 
-  # Copy-bandwidth reference.
-  copy_mib = args.copy_mib or (2048 if gpu and not args.quick else 64)
-  copy_n = copy_mib * (1 << 20) // 4
-  copy_x = jax.random.normal(jax.random.key(7), (copy_n,), jnp.float32)
-  copy_name = f"bench_copy_{copy_mib}MiB"
-  copy_fn = _named_jit(jax, copy_name, lambda x: jnp.copy(x))
-  copy_fn(copy_x).block_until_ready()
-  copy_iters = max(5, min(args.iters, 10))
 
-  # Inputs (shared by every case of a shape/dtype), compile, warm up, check.
-  print(f"[bench] {len(groups)} groups, {sum(len(g.cases) for g in groups)} jitted cases on "
-        f"{env['gpu_name'] or env['device_kind']} ({env['backend']}); compiling...", flush=True)
-  t0 = time.perf_counter()
-  inputs = {}
+# ---------------------------------------------------------------------------------------------
+# example
+
+
+def load_example():
+  path = HERE.parent / "examples" / "sample.py"
+  name = "jax_argreduce_example_sample"
+  if name in sys.modules:
+    return sys.modules[name]
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module  # before exec: its dataclasses resolve their module
+  spec.loader.exec_module(module)
+  return module
+
+
+class Stepper:
+  """The example's decode step run one step per call (the KV cache is donated and carried)."""
+
+  def __init__(self, ex, cfg, params, picker, mode, batch, prompt_len, temperature, seed=0,
+               window=64):
+    jnp = ex.jnp
+    self.step = ex.compiled_steps(cfg, mode, picker)[1]
+    self.params, self.prompt_len, self.window = params, prompt_len, window
+    self.cache = ex.init_cache(cfg, batch, prompt_len + window)
+    self.tok = ex.make_prompt(cfg, batch, prompt_len, seed)[:, -1]
+    self.keys = ex.sequence_keys(seed, batch)
+    self.temp = jnp.float32(temperature)
+    self.i = 0
+    self.jnp = jnp
+
+  def __call__(self):
+    # The attention runs over the whole cache window whatever the position: positions wrap.
+    pos = self.jnp.int32(self.prompt_len - 1 + self.i % self.window)
+    self.tok, self.cache = self.step(self.params, self.cache, self.tok, pos, self.keys,
+                                     self.temp)
+    self.i += 1
+    return self.tok
+
+
+def run_example(ctx: Ctx) -> dict:
+  a = ctx.args
+  ex = load_example()
+  conf = QUICK_EXAMPLE if a.quick else EXAMPLE
+  groups = []
+  for dtype in [d for d in a.dtype_list if d in ex.DTYPES]:
+    cfg = ex.ModelConfig(vocab=conf["vocab"], dim=conf["dim"], layers=conf["layers"],
+                         heads=conf["heads"], dtype=dtype)
+    params = ex.init_params(cfg, 0)
+    for mode in ("greedy", "sample"):
+      g = {"op": mode, "dtype": dtype, "rows": conf["batch"], "cols": conf["vocab"],
+           "cases": {}, "names": {}}
+      for key, picker in (("ours", ex.OURS), ("ref", ex.REFERENCE)):
+        label = f"example_{key}_{mode}_{SHORT[dtype]}"
+        fn = Stepper(ex, cfg, params, picker, mode, conf["batch"], conf["prompt_len"],
+                     a.temperature)
+        g["cases"][key] = timing.Case(label=label, fn=fn, inputs=[()],
+                                      module=f"jit_decode_step_{picker.tag}")
+        g["names"][key] = picker.label(mode)
+      groups.append(g)
+  cases = [c for g in groups for c in g["cases"].values()]
+  tr = run_session(ctx, cases, "example")
+  rows = []
   for g in groups:
-    key = (g.rows, g.cols, g.dtype)
-    if key not in inputs:
-      inputs[key] = make_inputs(jax, jnp, g.rows, g.cols, g.dtype, args.inputs, "bench")
-    xs = inputs[key]
-    ref = None
-    for c in g.cases:
-      for i in range(args.warmup):
-        out = c.fn(xs[i % len(xs)])
-      out.block_until_ready()
-      if not args.no_check:
-        got = np.asarray(c.fn(xs[0]))
-        if ref is None:
-          ref = np.asarray((jnp.argmin if g.op == "argmin" else jnp.argmax)(xs[0], axis=-1))
-        c.match = bool(np.array_equal(got, ref))
-        if not c.match:
-          notes.append(f"MISMATCH: {c.name} differs from jnp.{g.op} on a random-normal input")
-  print(f"[bench] compiled and warmed up in {time.perf_counter() - t0:.1f} s", flush=True)
+    o, r = g["cases"]["ours"], g["cases"]["ref"]
+    rows.append({
+        "mode": "example", "op": g["op"], "dtype": g["dtype"], "rows": g["rows"],
+        "cols": g["cols"], "shape": f"{g['rows']}x{g['cols']}", "impl": "ours",
+        "ours_name": g["names"]["ours"], "ref": g["names"]["ref"],
+        "ours_us": span(o), "ref_us": span(r), "delta_us": _sub(span(o), span(r)),
+        "ratio": _div(span(o), span(r)), "kernel_us": o.result and o.result["ours_us"],
+        "events": o.result and o.result["events_per_call"],
+        "ref_events": r.result and r.result["events_per_call"]})
+  return {"rows": rows, "source": tr.source, "config": conf, "cases": cases}
 
-  # One trace session around everything.
-  tmp_trace = args.trace_dir is None
-  trace_dir = Path(args.trace_dir or tempfile.mkdtemp(prefix="jax_argreduce_trace_"))
-  trace_dir.mkdir(parents=True, exist_ok=True)
-  opts = jax.profiler.ProfileOptions()
-  opts.python_tracer_level = 0  # no Python frames: a smaller trace, less host overhead
-  sleep_s = args.sleep_us * 1e-6
-  t0 = time.perf_counter()
-  jax.profiler.start_trace(str(trace_dir), create_perfetto_trace=True, profiler_options=opts)
-  try:
-    run_traced(jax, copy_name, copy_fn, [copy_x], 0, copy_iters, sleep_s)
-    # Interleave a group's cases in rounds, so that slow drifts (clocks, host state) hit ours
-    # and jnp alike.
-    rounds = max(1, min(args.rounds, args.iters))
-    bounds = [args.iters * r // rounds for r in range(rounds + 1)]
-    for g in groups:
-      xs = inputs[(g.rows, g.cols, g.dtype)]
-      for r in range(rounds):
-        for c in g.cases:
-          run_traced(jax, c.name, c.fn, xs, bounds[r], bounds[r + 1], sleep_s)
-  finally:
-    jax.profiler.stop_trace()
-  print(f"[bench] traced in {time.perf_counter() - t0:.1f} s", flush=True)
-  del copy_x
 
-  trace_file = trace_util.find_trace_file(trace_dir)
-  trace = trace_util.load_trace(trace_file)
-  device_kind = "gpu" if gpu else ("cpu" if args.cpu_events else None)
-  by_module, trace_info = ({}, {}) if device_kind is None else trace_util.module_events(
-      trace, device_kind)
-  markers = trace_util.host_markers(trace, MARKER)
-  n_events = sum(len(v) for v in by_module.values())
-  if device_kind == "gpu" and not by_module:
-    notes.append("no GPU events with hlo_module in the trace: reporting wall time only")
-    device_kind = None
-  elif device_kind is None:
-    notes.append("no GPU: the trace has CPU events only, so GPU spans are not reported "
-                 "(wall time only; --cpu-events exercises the parsing on CPU executor events)")
-  elif device_kind == "cpu":
-    notes.append("--cpu-events: 'span' columns are CPU executor event times, not GPU times")
-  timing_source = {"gpu": "GPU trace", "cpu": "CPU executor trace (dev only)",
-                   None: "wall time only"}[device_kind]
-  print(f"[bench] trace {trace_file} ({trace_file.stat().st_size / 1e6:.1f} MB): "
-        f"{n_events} device events with hlo_module in {len(by_module)} modules; "
-        f"timing source: {timing_source}", flush=True)
+# ---------------------------------------------------------------------------------------------
+# sharded (issue 11)
 
-  def summarize(name, n):
-    if device_kind is None:
-      return None
-    s = trace_util.summarize(trace_util.events_for(by_module, "jit_" + name), n, args.gap_us,
-                             markers=markers.get(name))
-    if s["warning"]:
-      notes.append(f"{name}: {s['warning']}")
-    return s
 
-  copy = {"mib": copy_mib, "bytes_moved": 2 * copy_n * 4, "trace": summarize(copy_name,
-                                                                             copy_iters)}
-  copy["bw_bytes_per_s"] = (copy["bytes_moved"] / (copy["trace"]["span_us"] * 1e-6)
-                            if copy["trace"] and copy["trace"]["span_us"] else None)
+def run_sharded(ctx: Ctx) -> dict:
+  a, jax, jnp, np = ctx.args, ctx.jax, ctx.jnp, ctx.np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  devices = jax.devices()
+  n = len(devices)
+  if n < 2:
+    ctx.note(f"sharded: only {n} device: nothing to shard")
+  # Explicit axes (jax.make_mesh's default since jax 0.9): the sharding is in the type, so
+  # the handler calls are partitioned (jax_argreduce/_sharding.py); Auto axes take XLA's path.
+  from jax.sharding import AxisType
+  mesh = jax.make_mesh((len(devices),), ("d",), axis_types=(AxisType.Explicit,),
+                       devices=devices)
+  specs = {"rows": P("d", None), "vocab": P(None, "d")}
+  todo = a.shape_list and [(d, r, c) for d in a.dtype_list for r, c in a.shape_list]
+  todo = todo or [t for t in (QUICK_SHARDED if a.quick else targets_mod.SHARDED_CASES)
+                  if t[0] in a.dtype_list]
+  groups = []
+  for dtype, R, C in todo:
+    tag = f"{SHORT[dtype]}_{R}x{C}"
+    single = make_inputs(ctx, (R, C), dtype, a.inputs, "sharded")
+    want = [np.argmax(np.asarray(x), axis=-1) for x in single]
+    base = {"dtype": dtype, "rows": R, "cols": C, "n": n}
+    singles = {
+        "ours": compiled_case(ctx, "single_ours_" + tag, "sh_single_ours_" + tag,
+                              lambda x: reduce(x, "argmax"), [(x,) for x in single]),
+        "ref": compiled_case(ctx, "single_ref_" + tag, "sh_single_ref_" + tag,
+                             lambda x: jnp.argmax(x, axis=-1), [(x,) for x in single])}
+    for layout, spec in specs.items():
+      if (R if layout == "rows" else C) % n:
+        ctx.note(f"sharded {tag} {layout}: {R if layout == 'rows' else C} does not "
+                         f"divide over {n} devices: skipped")
+        continue
+      xs = [jax.device_put(x, NamedSharding(mesh, spec)) for x in single]
+      g = {**base, "layout": layout, "singles": singles, "cases": {
+          "ours": compiled_case(ctx, f"sh_ours_{layout}_{tag}", f"sh_ours_{layout}_{tag}",
+                                lambda x: reduce(x, "argmax"), [(x,) for x in xs]),
+          "ref": compiled_case(ctx, f"sh_ref_{layout}_{tag}", f"sh_ref_{layout}_{tag}",
+                               lambda x: jnp.argmax(x, axis=-1), [(x,) for x in xs])}}
+      for k, c in g["cases"].items():
+        c.meta["exact"] = all(np.array_equal(np.asarray(c.call(i)), want[i])
+                              for i in range(len(xs)))
+        if not c.meta["exact"]:
+          ctx.note(f"MISMATCH: sharded {tag} {layout} {k} differs from numpy")
+      groups.append(g)
+  cases = list({id(c): c for g in groups for c in (*g["cases"].values(),
+                                                   *g["singles"].values())}.values())
+  tr = run_session(ctx, cases, "sharded")
+  rows = []
   for g in groups:
-    for c in g.cases:
-      c.trace = summarize(c.name, args.iters)
-  splits = sorted({c.trace["split"] for g in groups for c in g.cases if c.trace})
-  del trace
-
-  # Torch (optional), on the traced inputs, outside the trace.
-  if args.torch:
-    try:
-      import torch
-      if not (gpu and torch.cuda.is_available()):
-        raise RuntimeError("torch sees no CUDA device")
-      for g in groups:
-        g.torch = torch_time(inputs[(g.rows, g.cols, g.dtype)], g.op, args.iters)[0]
-    except Exception as e:  # noqa: BLE001
-      notes.append(f"--torch skipped: {e!r}")
-      args.torch = False
-  del inputs
-
-  # Wall time: R distinct inputs in one jitted program (copy bandwidth on the wall clock too).
-  t0 = time.perf_counter()
-  copy_wall = None
-  if device_kind is None:  # the only copy figure off-GPU
-    cx = jax.random.normal(jax.random.key(7), (copy_n,), jnp.float32)
-    copy_wall = wall_time(jax, copy_fn, [cx], args.wall_repeats)[0]
-    copy["bw_wall_bytes_per_s"] = copy["bytes_moved"] / (copy_wall * 1e-6)
-    del cx
-  wall_inputs_key, wall_xs = None, None
-  for g in groups:
-    key = (g.rows, g.cols, g.dtype)
-    if key != wall_inputs_key:
-      wall_xs = None
-      wall_xs = make_inputs(jax, jnp, g.rows, g.cols, g.dtype, args.wall_r, "bench")
-      wall_inputs_key = key
-    for c in g.cases:
-      c.wall_us, c.wall_samples = wall_time(jax, c.wall_fn, wall_xs, args.wall_repeats)
-  del wall_xs
-  print(f"[bench] wall times in {time.perf_counter() - t0:.1f} s", flush=True)
-
-  if tmp_trace and not args.keep_trace:
-    shutil.rmtree(trace_dir, ignore_errors=True)
-    trace_dir_note = f"{trace_dir} (deleted; --keep-trace keeps it)"
-  else:
-    trace_dir_note = str(trace_dir)
-
-  return {
-      "env": env, "groups": groups, "copy": copy, "notes": notes, "gpu": gpu,
-      "timing_source": timing_source, "has_spans": device_kind is not None,
-      "trace": {"dir": trace_dir_note, "file": trace_file.name, "splits": splits,
-                "events": n_events, **trace_info},
-  }
+    o, r = g["cases"]["ours"], g["cases"]["ref"]
+    rows.append({
+        "mode": "sharded", "op": "argmax", "dtype": g["dtype"], "rows": g["rows"],
+        "cols": g["cols"], "shape": f"{g['rows']}x{g['cols']}", "layout": g["layout"],
+        "impl": "ours", "ref": "jnp.argmax", "devices": g["n"],
+        "ours_us": span(o), "ref_us": span(r), "ratio": _div(span(o), span(r)),
+        "delta_us": _sub(span(o), span(r)),
+        "single_ours_us": span(g["singles"]["ours"]), "single_ref_us": span(g["singles"]["ref"]),
+        "collectives": len(o.meta["collectives"]), "ours_collectives": o.meta["collectives"],
+        "ref_collectives": r.meta["collectives"],
+        "devices_in_trace": o.result and o.result["devices"],
+        "exact": o.meta["exact"], "ref_exact": r.meta["exact"]})
+  return {"rows": rows, "source": tr.source, "devices": [str(d) for d in devices],
+          "cases": cases}
 
 
 # ---------------------------------------------------------------------------------------------
 # Reporting
 
 
-def _fmt(v, spec=".2f", none="-"):
-  return none if v is None else format(v, spec)
+def _f(v, spec=".2f"):
+  if v is None:
+    return "-"
+  if isinstance(v, bool):
+    return "yes" if v else "NO"
+  return format(v, spec) if isinstance(v, (int, float)) else str(v)
 
 
-def rows_for_report(res, args):
-  """One row per (group, our method): ours vs jnp, all numbers the table shows."""
-  copy_bw = res["copy"].get("bw_bytes_per_s") or res["copy"].get("bw_wall_bytes_per_s")
-  out = []
-  for g in res["groups"]:
-    ref = g.case("jnp")
-    for c in g.cases:
-      if c.impl == "jnp":
-        continue
-      ours_span = c.trace["span_us"] if c.trace else None
-      ref_span = ref.trace["span_us"] if ref.trace else None
-      nbytes = g.rows * g.cols * {"float32": 4, "bfloat16": 2, "float16": 2}[g.dtype]
-      t = ours_span if ours_span else c.wall_us
-      bw = nbytes / (t * 1e-6) if t else None
-      geo = plan_string(g.plan, c.impl)
-      if not geo and c.trace and c.trace["kernels"]:
-        d = c.trace["kernels"][0].get("details")
-        geo = trace_util.geometry_string(d) if d else ""
-      out.append({
-          "shape": g.shape_str, "rows": g.rows, "cols": g.cols, "dtype": g.dtype, "op": g.op,
-          "method": c.impl[3:], "ours_span_us": ours_span, "jnp_span_us": ref_span,
-          "ratio_span": (ref_span / ours_span) if ours_span and ref_span else None,
-          "ours_sum_us": c.trace["sum_us"] if c.trace else None,
-          "jnp_sum_us": ref.trace["sum_us"] if ref.trace else None,
-          "ours_kernels": c.trace["events_per_call"] if c.trace else None,
-          "jnp_kernels": ref.trace["events_per_call"] if ref.trace else None,
-          "ours_wall_us": c.wall_us, "jnp_wall_us": ref.wall_us,
-          "ratio_wall": (ref.wall_us / c.wall_us) if c.wall_us and ref.wall_us else None,
-          "bytes_read": nbytes, "gbps": bw / 1e9 if bw else None,
-          "pct_copy_bw": 100 * bw / copy_bw if bw and copy_bw else None,
-          "bw_basis": "span" if ours_span else "wall",
-          "geometry": geo, "torch_us": g.torch, "match": c.match,
-      })
+def _pair(a, b, spec=".2f"):
+  return f"{_f(a, spec)} / {_f(b, spec)}"
+
+
+# (header, cell function) per mode: one definition for the console and BENCHMARKS.md.
+COLUMNS = {
+    "chain": [
+        ("shape", lambda r: r["shape"]), ("dtype", lambda r: r["dtype"]),
+        ("op", lambda r: r["op"]), ("impl", lambda r: r["impl"]),
+        ("step ours µs", lambda r: _f(r["ours_us"])), ("step ref µs", lambda r: _f(r["ref_us"])),
+        ("Δ µs/step", lambda r: _f(r["delta_us"], "+.2f")),
+        ("Δ 11-30", lambda r: _f(r["prev_delta_us"], "+.2f")),
+        ("our kernels µs/step", lambda r: _f(r["kernel_us"])),
+        ("ref pick µs/step (est.)", lambda r: _f(r["ref_pick_us"])),
+        ("isolated ours / ref µs", lambda r: _pair(r["iso_us"], r["iso_ref_us"])),
+        ("events/step o/r", lambda r: _pair(r["events"], r["ref_events"], ".1f")),
+        ("path", lambda r: r["path"] + ("" if r["match"] in (True, None) else " MISMATCH")),
+    ],
+    "example": [
+        ("dtype", lambda r: r["dtype"]), ("mode", lambda r: r["op"]),
+        ("batch x vocab", lambda r: r["shape"]), ("ours", lambda r: r["ours_name"]),
+        ("ref", lambda r: r["ref"]), ("ours µs/step", lambda r: _f(r["ours_us"], ".1f")),
+        ("ref µs/step", lambda r: _f(r["ref_us"], ".1f")),
+        ("Δ µs/step", lambda r: _f(r["delta_us"], "+.2f")),
+        ("ref/ours", lambda r: _f(r["ratio"] and 1 / r["ratio"], ".3f")),
+        ("our kernels µs/step", lambda r: _f(r["kernel_us"])),
+        ("events/step o/r", lambda r: _pair(r["events"], r["ref_events"], "d")),
+    ],
+    "isolated": [
+        ("shape", lambda r: r["shape"]), ("dtype", lambda r: r["dtype"]),
+        ("op", lambda r: r["op"]), ("impl", lambda r: r["impl"]),
+        ("ours µs", lambda r: _f(r["ours_us"])), ("ref µs", lambda r: _f(r["ref_us"])),
+        ("ref/ours", lambda r: _f(r["speedup"])), ("11-30 µs", lambda r: _f(r["prev_us"])),
+        ("sum µs", lambda r: _f(r["sum_us"])),
+        ("#ev o/r", lambda r: _pair(r["events"], r["ref_events"], "d")),
+        ("wall o/r µs", lambda r: _pair(r["wall_us"], r["ref_wall_us"], ".1f")),
+        ("numpy µs", lambda r: _f(r["numpy_us"], ".1f")),
+        ("GB/s", lambda r: _f(r["gbps"], ".0f")), ("%copy", lambda r: _f(r["pct_copy"], ".0f")),
+        ("path / geometry", lambda r: r["path"]
+         + ("" if r["match"] in (True, None) else " MISMATCH")),
+    ],
+    "sharded": [
+        ("shape", lambda r: r["shape"]), ("dtype", lambda r: r["dtype"]),
+        ("sharded", lambda r: r["layout"]), ("devices", lambda r: _f(r["devices"], "d")),
+        ("ours µs", lambda r: _f(r["ours_us"])), ("jnp µs", lambda r: _f(r["ref_us"])),
+        ("ours/jnp", lambda r: _f(r["ratio"])),
+        ("1 device ours / jnp µs", lambda r: _pair(r["single_ours_us"], r["single_ref_us"])),
+        ("ours collectives", lambda r: ", ".join(r["ours_collectives"]) or "none"),
+        ("jnp collectives", lambda r: ", ".join(r["ref_collectives"]) or "none"),
+        ("exact o/j", lambda r: _pair(r["exact"], r["ref_exact"])),
+    ],
+}
+TITLES = {"chain": "In-chain (SPEC §3b): device time per decode-like step",
+          "example": "The example's decode step (examples/sample.py)",
+          "isolated": "Isolated (SPEC §3): span per call",
+          "sharded": "Sharded (issue 11): span per call, largest per-device span"}
+
+
+def _columns(mode, rows):
+  cols = COLUMNS[mode]
+  if mode == "isolated" and not any(r.get("numpy_us") for r in rows):
+    cols = [c for c in cols if c[0] != "numpy µs"]
+  if mode == "isolated" and not any(r.get("prev_us") for r in rows):
+    cols = [c for c in cols if c[0] != "11-30 µs"]
+  if mode == "chain" and not any(r.get("prev_delta_us") is not None for r in rows):
+    cols = [c for c in cols if c[0] != "Δ 11-30"]
+  return cols
+
+
+def console_table(mode, rows) -> str:
+  cols = _columns(mode, rows)
+  cells = [[h for h, _ in cols]] + [[fn(r) for _, fn in cols] for r in rows]
+  w = [max(len(c[i]) for c in cells) for i in range(len(cols))]
+  lines = ["  ".join(c.ljust(w[i]) for i, c in enumerate(row)).rstrip() for row in cells]
+  lines.insert(1, "  ".join("-" * x for x in w))
+  return "\n".join(lines)
+
+
+def md_table(mode, rows) -> list[str]:
+  cols = _columns(mode, rows)
+  out = ["| " + " | ".join(h for h, _ in cols) + " |", "|" + "---|" * len(cols)]
+  out += ["| " + " | ".join(fn(r) for _, fn in cols) + " |" for r in rows]
   return out
 
 
-
-def _row_cells(r, torch: bool, markdown: bool) -> list[str]:
-  """One result row's cells, for the console table or (markdown) BENCHMARKS.md."""
-  op = r["op"] if r["method"] == "auto" else (
-      f"{r['op']} [{r['method']}]" if markdown else f"{r['op']}[{r['method']}]")
-  sep = " / " if markdown else "/"
-  mismatch = " **MISMATCH**" if markdown else " MISMATCH"
-  cells = [r["shape"], r["dtype"] if markdown else SHORT[r["dtype"]], op,
-           _fmt(r["ours_span_us"]), _fmt(r["jnp_span_us"]), _fmt(r["ratio_span"]),
-           _fmt(r["ours_sum_us"]), f"{_fmt(r['ours_kernels'], 'd')}/{_fmt(r['jnp_kernels'], 'd')}",
-           f"{_fmt(r['ours_wall_us'], '.1f')}{sep}{_fmt(r['jnp_wall_us'], '.1f')}",
-           _fmt(r["gbps"], ".0f"), _fmt(r["pct_copy_bw"], ".0f"),
-           r["geometry"] + ("" if r["match"] in (True, None) else mismatch)]
-  if torch:
-    cells.insert(5, _fmt(r["torch_us"]))
-  return cells
-
-
-def print_table(rows, res, args):
-  hdr = ["shape", "dtype", "op", "ours µs", "jnp µs", "jnp/ours", "ours sum", "#k o/j",
-         "wall o/j µs", "GB/s", "%copy", "path/geometry"]
-  if args.torch:
-    hdr.insert(5, "torch µs")
-  lines = [_row_cells(r, args.torch, markdown=False) for r in rows]
-  widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h)
-            for i, h in enumerate(hdr)]
-  fmt_row = lambda cells: "  ".join(c.rjust(w) if 2 < i < len(cells) - 1 else c.ljust(w)
-                                    for i, (c, w) in enumerate(zip(cells, widths)))
-  print()
-  print(fmt_row(hdr))
-  print(fmt_row(["-" * w for w in widths]))
-  for l in lines:
-    print(fmt_row(l))
-  print()
+METHOD = {
+    "chain": "An unrolled `lax.scan` (`unroll=True`) of K={K} steps: `logits = h @ W` ([B,{D}] x "
+             "[{D},V]), `tok = pick(logits)`, `h = 0.5*h + E[tok]` (a true dependency), one jitted "
+             "program per case. Step = program span / K. Δ = step(ours) − step(ref). *our "
+             "kernels* = device time per step of the events of our custom call (its kernels, "
+             "in the `jax_argreduce` namespace); *ref pick (est.)* = Δ + our kernels: what the "
+             "reference's pick costs a step, assuming the rest of the step is unchanged. "
+             "*isolated* = the same pick alone on [B, V] random-normal logits, same trace. "
+             "Δ 11-30 = SPEC §3b's measurement of main on 2026-11-30.",
+    "example": "examples/sample.py's jitted decode step (`compiled_steps`: the model, the pick, "
+               "the donated KV cache), one step per call, ours and the reference picker in the "
+               "same trace; span = the step's device span (first to last device event).",
+    "isolated": "Each case jitted under its own name; span = first to last device event of "
+                "a call, sum = sum of event durations; *ref/ours* > 1: ours faster. *wall* = one "
+                "jitted program reducing R distinct inputs, perf_counter around "
+                "block_until_ready, median, / R. GB/s = bytes read / span; %copy against a "
+                "jitted `jnp.copy` (read + write) in the same trace. max_with_index's "
+                "reference is `jnp.max` + `jnp.argmax` in one jit; categorical's is "
+                "`jax.random.categorical(key, logits / T)` (T={T}, threefry, noise in the "
+                "logits' dtype), with our argmax of the same logits as `ours:argmax`.",
+    "sharded": "A 1-D mesh over all devices; rows sharded = `P('d', None)`, vocab sharded = "
+               "`P(None, 'd')`; span per call = the largest per-device span; *1 device* = the "
+               "same input unsharded on device 0. Collectives from the compiled HLO text "
+               "(`lower(x).compile().as_text()`), result shapes. *exact*: equal to numpy.",
+}
 
 
-def evaluate_targets(rows, res):
-  """SPEC §4 targets, met/missed from this run's numbers (argmax, method auto, span)."""
-  if not res["has_spans"] or res["timing_source"] != "GPU trace":
-    why = "not evaluated: no GPU trace spans in this run (" + res["timing_source"] + ")"
-    names = ["never slower than jnp.argmax (any shape, dtype)",
-             "1-8 rows x >=32k cols: one launch, span <= 3.0 us",
-             "large inputs (4096x4096, 65536x1024, 256x202048): >= 90% of copy bandwidth",
-             "bfloat16 4096x4096 <= 8.5 us, 65536x1024 <= 33 us",
-             "65536x64: <= 5.5 us float32, <= 4 us bfloat16"]
-    return [{"target": n, "status": "not evaluated", "detail": why} for n in names] + [
-        {"target": "fused Gumbel-max sampling", "status": "not measured",
-         "detail": "not part of this benchmark"}]
-  auto = [r for r in rows if r["method"] == "auto" and r["ours_span_us"]]
-  am = [r for r in auto if r["op"] == "argmax"]
-  find = lambda shape, dt: next((r for r in am if (r["rows"], r["cols"]) == shape
-                                 and r["dtype"] == dt), None)
-  out = []
+def write_outputs(out: Path, res: dict, targets: list[dict], args) -> None:
+  out.mkdir(parents=True, exist_ok=True)
+  env = res["env"]
 
-  def add(name, checks):
-    """checks: list of (label, ok or None if not measured, text)."""
-    measured = [c for c in checks if c[1] is not None]
-    if not measured:
-      out.append({"target": name, "status": "not measured", "detail": "shapes not in this run"})
-      return
-    bad = [c for c in measured if not c[1]]
-    status = "met" if not bad else "missed"
-    missing = [c[0] for c in checks if c[1] is None]
-    detail = "; ".join(f"{c[0]}: {c[2]}" for c in (bad or measured))
-    if missing:
-      detail += f" (not measured: {', '.join(missing)})"
-      if status == "met":
-        status = "met (partial)"
-    out.append({"target": name, "status": status, "detail": detail, "checks": [
-        {"case": c[0], "ok": c[1], "value": c[2]} for c in checks]})
+  def strip(c: timing.Case):
+    return {"label": c.label, "module": c.module, "meta": c.meta,
+            "our_ops": sorted(c.our_ops), "trace": c.result}
+  data = {"env": env, "argv": sys.argv[1:], "notes": res["notes"],
+          "modes": {m: {k: v for k, v in r.items() if k != "cases"} | {
+              "cases": [strip(c) for c in r["cases"]]} for m, r in res["modes"].items()},
+          "targets": targets}
+  (out / "results.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
 
-  add("never slower than jnp (every shape, dtype and op measured, method auto)",
-      [(f"{r['op']} {SHORT[r['dtype']]} {r['shape']}",
-        r["jnp_span_us"] is not None and r["ours_span_us"] <= r["jnp_span_us"],
-        f"{r['ours_span_us']:.2f} vs {_fmt(r['jnp_span_us'])} us") for r in auto])
-  checks = []
-  for rows_, cols in [s for s in SPEC_SHAPES if s[0] <= 8 and s[1] >= 32000]:
-    for dt in ("float32", "bfloat16"):
-      r = find((rows_, cols), dt)
-      lab = f"{SHORT[dt]} {rows_}x{cols}"
-      checks.append((lab, None, "") if r is None else (
-          lab, r["ours_span_us"] <= 3.0 and r["ours_kernels"] == 1,
-          f"{r['ours_span_us']:.2f} us, {r['ours_kernels']} launch(es)"))
-  add("1-8 rows x >=32k cols: one launch, span <= 3.0 us", checks)
-  checks = []
-  for shape in LARGE_SHAPES:
-    for dt in ("float32", "bfloat16"):
-      r = find(shape, dt)
-      lab = f"{SHORT[dt]} {shape[0]}x{shape[1]}"
-      checks.append((lab, None, "") if r is None or r["pct_copy_bw"] is None else (
-          lab, r["pct_copy_bw"] >= 90.0, f"{r['pct_copy_bw']:.0f}% ({r['gbps']:.0f} GB/s)"))
-  add("large inputs (4096x4096, 65536x1024, 256x202048): >= 90% of copy bandwidth, f32 and bf16",
-      checks)
-  checks = []
-  for shape, limit in [((4096, 4096), 8.5), ((65536, 1024), 33.0)]:
-    r = find(shape, "bfloat16")
-    lab = f"bf16 {shape[0]}x{shape[1]} <= {limit} us"
-    checks.append((lab, None, "") if r is None else (
-        lab, r["ours_span_us"] <= limit, f"{r['ours_span_us']:.2f} us"))
-  add("bfloat16 4096x4096 <= 8.5 us, 65536x1024 <= 33 us", checks)
-  checks = []
-  for dt, limit in [("float32", 5.5), ("bfloat16", 4.0)]:
-    r = find((65536, 64), dt)
-    lab = f"{SHORT[dt]} 65536x64 <= {limit} us"
-    checks.append((lab, None, "") if r is None else (
-        lab, r["ours_span_us"] <= limit, f"{r['ours_span_us']:.2f} us"))
-  add("65536x64: <= 5.5 us float32, <= 4 us bfloat16", checks)
-  out.append({"target": "fused Gumbel-max sampling (1x202048 <= 3.5 us, 256x202048 <= 80 us)",
-              "status": "not measured", "detail": "not part of this benchmark"})
-  return out
-
-
-def write_json(path, res, rows, targets, args):
-  def case_dict(c):
-    return {"impl": c.impl, "name": c.name, "hlo_module": "jit_" + c.name, "trace": c.trace,
-            "wall_us": c.wall_us, "wall_samples_us": c.wall_samples, "matches_jnp": c.match}
-  data = {
-      "env": res["env"],
-      "config": {"shapes": [f"{r}x{c}" for r, c in args.shape_list], "dtypes": args.dtype_list,
-                 "methods": args.method_list, "argmin": args.argmin, "iters": args.iters,
-                 "inputs": args.inputs, "warmup": args.warmup, "sleep_us": args.sleep_us, "rounds": args.rounds,
-                 "gap_us": args.gap_us, "wall_r": args.wall_r, "wall_repeats": args.wall_repeats,
-                 "quick": args.quick, "torch": args.torch, "argv": sys.argv[1:]},
-      "timing_source": res["timing_source"],
-      "trace": res["trace"],
-      "copy_bandwidth": {**res["copy"],
-                         "tb_per_s": (res["copy"].get("bw_bytes_per_s") or 0) / 1e12 or None},
-      "rows": rows,
-      "targets": targets,
-      "groups": [{"shape": g.shape_str, "dtype": g.dtype, "op": g.op, "launch_plan": g.plan,
-                  "torch_us": g.torch, "cases": [case_dict(c) for c in g.cases]}
-                 for g in res["groups"]],
-      "notes": res["notes"],
-  }
-  path.write_text(json.dumps(data, indent=1, default=str) + "\n")
-
-
-def write_markdown(path, res, rows, targets, args, plot_name):
-  env, copy = res["env"], res["copy"]
-  bw = copy.get("bw_bytes_per_s")
-  bw_txt = (f"{bw / 1e12:.2f} TB/s (jitted jnp.copy of {copy['mib']} MiB, read + write, "
-            "trace span)" if bw else
-            f"{(copy.get('bw_wall_bytes_per_s') or 0) / 1e9:.1f} GB/s (wall clock; no GPU trace)")
+  gpu = env.get("gpu_name") or env.get("device_kind")
   L = ["# jax_argreduce benchmarks", "",
-       f"- date: {env['date']}",
-       f"- GPU: {env['gpu_name'] or env['device_kind']} (backend {env['backend']}"
-       + (f", compute capability {env['compute_capability']}" if env.get("compute_capability")
-          else "")
-       + (f", {env['core_count']} SMs" if env.get("core_count") else "") + ")",
-       f"- driver: {env.get('driver_version')}",
-       f"- jax {env['jax']}, jaxlib {env['jaxlib']}, platform {env.get('platform_version')}, "
-       f"python {env['python']}, jax_argreduce {env.get('jax_argreduce')} "
-       f"(CUDA handler built: {env.get('has_cuda')})",
-       f"- copy bandwidth: {bw_txt}",
-       f"- timing source: {res['timing_source']}",
-       f"- command: `python benchmarks/bench.py {' '.join(sys.argv[1:])}`".rstrip(), "",
-       "## Method", "",
-       "SPEC §3. Each case is jitted under its own name and run "
-       f"{args.iters} times (after {args.warmup} warm-up calls) inside one "
-       "`jax.profiler.start_trace(..., create_perfetto_trace=True)` session, rotating among "
-       f"{args.inputs} random-normal inputs, ours and jnp interleaved in {args.rounds} rounds; "
-       "each call inside a host marker (`TraceAnnotation`) and waited for "
-       f"(`block_until_ready`), host sleep {args.sleep_us:g} µs. The device events (kernels, memsets) whose `args.hlo_module` is "
-       f"`jit_<name>` are split into calls (by {', '.join(res['trace']['splits']) or '-'}); "
-       "**span** = first event start to last event end of a call, **sum** = sum of event "
-       "durations; medians over calls. *jnp/ours* = jnp span / our span (> 1: we are faster). "
-       f"*wall* = one jitted program reducing {args.wall_r} distinct inputs, "
-       f"perf_counter around block_until_ready, median of {args.wall_repeats}, / "
-       f"{args.wall_r}. GB/s = bytes read / span ({'span' if res['has_spans'] else 'wall'}); "
-       "%copy = that over the copy bandwidth. *#k o/j* = device events per call, ours/jnp."
-       + (" *torch* = CUDA events around one `torch.argmax` queued behind a GPU sleep: GPU "
-          "time without host launch gaps, so not comparable with the spans." if args.torch
-          else ""), ""]
-  hdr = ["shape", "dtype", "op", "ours µs", "jnp µs", "jnp/ours", "ours sum µs", "#k o/j",
-         "wall ours/jnp µs", "GB/s", "% copy", "path / geometry"]
-  if args.torch:
-    hdr.insert(5, "torch µs")
-  L += ["## Results", "", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
-  for r in rows:
-    L.append("| " + " | ".join(_row_cells(r, args.torch, markdown=True)) + " |")
-  L += ["", "## SPEC §4 targets", "",
-        "Computed from the numbers above (argmax unless stated, method auto, trace span).", ""]
-  for t in targets:
-    L.append(f"- **{t['status']}** — {t['target']}: {t['detail']}")
-  L += ["", "## Kernels and launch geometry", "",
-        "From the trace's `kernel_details` (median duration per call) and, for ours, "
-        "`cuda_launch_plan`.", "", "| shape | dtype | op | impl | kernel | µs | geometry |",
-        "|---|---|---|---|---|---|---|"]
-  any_kernel = False
-  for g in res["groups"]:
-    for c in g.cases:
-      for k in (c.trace or {}).get("kernels", []):
-        any_kernel = True
-        name = k["name"] if len(k["name"]) <= 60 else k["name"][:57] + "..."
-        geo = trace_util.geometry_string(k["details"]) if k.get("details") else ""
-        L.append(f"| {g.shape_str} | {g.dtype} | {g.op} | {c.impl} | `{name}` | "
-                 f"{k['median_us']:.2f} | {geo} |")
-  if not any_kernel:
-    L.append("| - | - | - | - | (no device events) | - | - |")
-  if plot_name:
-    L += ["", f"![speedup]({plot_name})"]
+       f"{gpu}, jax {env['jax']}, {env['date']}; command `python benchmarks/bench.py "
+       f"{' '.join(sys.argv[1:])}`. ours − reference: negative is faster.", ""]
+  sources = {m: r["source"] for m, r in res["modes"].items()}
+  if any(s != "GPU trace" for s in sources.values()):
+    L += [f"**Not GPU numbers**: timing source {sources} (development run).", ""]
+  for mode in ("chain", "example", "isolated", "sharded"):
+    if mode in res["modes"]:
+      L += [f"## {TITLES[mode]}", ""] + md_table(mode, res["modes"][mode]["rows"]) + [""]
+  L += ["## SPEC §4 targets", "", "From the rows above (`benchmarks/targets.py`; impl `ours` = "
+        "method auto, no variant).", ""]
+  L += [f"- **{t['status']}** — {t['target']}: {t['detail']}" for t in targets]
+  kern = []
+  for mode, r in res["modes"].items():
+    for c in r["cases"]:
+      for k in (c.result or {}).get("kernels", [])[:6]:
+        if k.get("details"):
+          name = k["name"] if len(k["name"]) <= 70 else k["name"][:67] + "..."
+          kern.append(f"| {mode} | {c.label} | `{name}` | {k['median_us']:.2f} | "
+                      f"{timing.geometry_string(k['details'])} |")
+  if kern:
+    L += ["", "## Kernels", "", "Trace `kernel_details`, median duration (µs) per event name.", "",
+          "| mode | case | kernel | µs | geometry |", "|---|---|---|---|---|"] + kern
+  L += ["", "## Environment", ""]
+  L += [f"- {k}: {v}" for k, v in env.items() if v not in (None, "")]
+  if "isolated" in res["modes"]:
+    L.append(f"- copy bandwidth: {res['modes']['isolated']['copy']['tb_per_s']:.2f} TB/s")
+  L += ["", "## Method", "",
+        "SPEC §3: every timed function is jitted under its own name; after "
+        f"{args.warmup} warm-up calls one `jax.profiler` session runs each case (chain "
+        f"{iters_for(args, 'chain')}, isolated {iters_for(args, 'isolated')}, example "
+        f"{iters_for(args, 'example')}, sharded {iters_for(args, 'sharded')} calls), cases "
+        f"interleaved in {args.rounds} rounds, rotating among {args.inputs} random-normal "
+        "inputs, each call inside a host marker and waited for; device events "
+        "(`args.hlo_module == jit_<name>`) are cut into calls by the markers; medians over "
+        "calls (`benchmarks/timing.py`)."]
+  for mode in res["modes"]:
+    L += ["", f"- {mode}: " + METHOD[mode].format(K=args.steps, T=args.temperature,
+                                                   D=res["modes"].get("chain", {}).get("dim", CHAIN_DIM))]
   if res["notes"]:
     L += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
-  path.write_text("\n".join(L) + "\n")
+  (out / "BENCHMARKS.md").write_text("\n".join(L) + "\n")
 
 
-def write_plot(path, rows, res):
-  try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-  except ImportError:
-    print("[bench] matplotlib is not installed: skipping the plot")
-    return False
-  key = "ratio_span" if res["has_spans"] else "ratio_wall"
-  sel = [r for r in rows if r["method"] == "auto" and r["op"] == "argmax"]
-  shapes = list(dict.fromkeys(r["shape"] for r in sel))
-  dts = list(dict.fromkeys(r["dtype"] for r in sel))
-  if not shapes:
-    return False
-  fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(shapes) + 2), 4.5))
-  width = 0.8 / max(1, len(dts))
-  for j, dt in enumerate(dts):
-    vals = [next((r[key] for r in sel if r["shape"] == s and r["dtype"] == dt), None) or 0
-            for s in shapes]
-    xs = [i + (j - (len(dts) - 1) / 2) * width for i in range(len(shapes))]
-    bars = ax.bar(xs, vals, width, label=dt)
-    for b, v in zip(bars, vals):
-      if v:
-        ax.annotate(f"{v:.2f}", (b.get_x() + b.get_width() / 2, v), ha="center",
-                    va="bottom", fontsize=7)
-  ax.axhline(1.0, color="k", lw=1, ls="--")
-  ax.set_xticks(range(len(shapes)))
-  ax.set_xticklabels(shapes, rotation=35, ha="right")
-  what = "GPU span" if res["timing_source"] == "GPU trace" else (
-      "CPU executor span" if res["has_spans"] else "wall time")
-  ax.set_ylabel(f"jnp.argmax / jax_argreduce ({what})")
+def summary(res: dict) -> dict:
+  """Medians per case only (to commit as benchmarks/results_summary.json)."""
   env = res["env"]
-  ax.set_title(f"argmax speedup over jnp.argmax — {env['gpu_name'] or env['device_kind']}, "
-               f"jax {env['jax']}", fontsize=10)
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return True
+  cases = {}
+  for mode, r in res["modes"].items():
+    for row in r["rows"]:
+      key = " ".join(filter(None, [mode, row["op"], row["dtype"], row["shape"],
+                                   row.get("layout")]))
+      entry = cases.setdefault(key, {"ref": row["ref"], row["ref"]: _round(row["ref_us"])})
+      entry[row["impl"]] = _round(row["ours_us"])
+      if mode == "chain":
+        entry[f"{row['impl']} kernels"] = _round(row["kernel_us"])
+  return {"env": {k: env.get(k) for k in ("date", "gpu_name", "device_kind", "driver_version",
+                                          "jax", "jax_argreduce", "python")},
+          "timing_source": {m: r["source"] for m, r in res["modes"].items()},
+          "units": "µs: span per call (isolated, sharded), device span per step (chain, "
+                   "example)", "cases": cases}
 
 
-def main(argv=None):
+def _round(v):
+  return None if v is None else round(v, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
   args = parse_args(argv)
   if args.no_command_buffers:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                + " --xla_gpu_enable_command_buffer=").strip()
+  flag = f"--xla_force_host_platform_device_count={args.host_devices}"
+  if "sharded" in args.mode_list and "xla_force_host_platform_device_count" not in os.environ.get(
+      "XLA_FLAGS", ""):  # only CPU devices are affected: harmless on a GPU machine
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
   import jax
   import jax.numpy as jnp
   import numpy as np
 
-  res = measure(args, jax, jnp, np)
-  rows = rows_for_report(res, args)
-  targets = evaluate_targets(rows, res)
+  gpu = jax.default_backend() == "gpu"
+  device = "gpu" if gpu else ("cpu" if args.cpu_events else None)
+  ctx = Ctx(args, jax, jnp, np, gpu, device,
+            PlanOptions() if args.variant_list else None, [])
+  if args.stand_ins:
+    added = install_stand_ins()
+    if added:
+      ctx.note(f"--stand-ins: jnp stand-ins for {', '.join(added)} (numbers mean "
+                       "nothing)")
+  if not gpu:
+    ctx.note("no GPU: " + ("--cpu-events: spans are CPU executor event times"
+                                   if device else "no device spans (use --cpu-events)"))
+  env = timing.environment()
+  out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="jax_argreduce_bench_"))
+  log(f"[bench] {env.get('gpu_name') or env['device_kind']} ({env['backend']}, "
+      f"{env['device_count']} device(s)), jax {env['jax']}; modes {','.join(args.mode_list)}; "
+      f"output {out}")
 
-  env = res["env"]
-  bw = res["copy"].get("bw_bytes_per_s")
-  print(f"{env['gpu_name'] or env['device_kind']} | driver {env.get('driver_version')} | "
-        f"jax {env['jax']} | timing: {res['timing_source']} | copy bandwidth: "
-        + (f"{bw / 1e12:.2f} TB/s (trace)" if bw else
-           f"{(res['copy'].get('bw_wall_bytes_per_s') or 0) / 1e9:.1f} GB/s (wall)"))
-  print_table(rows, res, args)
+  runners = {"chain": run_chain, "isolated": run_isolated, "example": run_example,
+             "sharded": run_sharded}
+  res = {"env": env, "notes": ctx.notes, "modes": {}}
+  for mode in args.mode_list:
+    t0 = time.perf_counter()
+    res["modes"][mode] = runners[mode](ctx)
+    rows = res["modes"][mode]["rows"]
+    log(f"\n== {TITLES[mode]} ({res['modes'][mode]['source']}; {time.perf_counter() - t0:.0f} s)")
+    log(console_table(mode, rows) if rows else "(no rows)")
+  all_rows = [r for m in res["modes"].values() for r in m["rows"]]
+  targets = targets_mod.evaluate(all_rows)
+  log("\n== SPEC §4 targets" + ("" if all(m["source"] == "GPU trace" for m in
+                                         res["modes"].values()) else " (NOT a GPU run)"))
   for t in targets:
-    print(f"  [{t['status']}] {t['target']}: {t['detail']}")
-  for n in res["notes"]:
-    print(f"  note: {n}")
-
-  if args.out:
-    out = Path(args.out)
-  elif res["timing_source"] == "GPU trace":
-    out = HERE
-  else:
-    out = Path(tempfile.mkdtemp(prefix="jax_argreduce_bench_"))
-    print(f"[bench] no GPU trace: writing to {out}, not {HERE} (pass --out to choose)")
-  out.mkdir(parents=True, exist_ok=True)
-  plot_name = None
-  if not args.no_plot and write_plot(out / "speedup.png", rows, res):
-    plot_name = "speedup.png"
-  write_json(out / "results.json", res, rows, targets, args)
-  write_markdown(out / "BENCHMARKS.md", res, rows, targets, args, plot_name)
-  print(f"[bench] wrote {out / 'results.json'}, {out / 'BENCHMARKS.md'}"
-        + (f", {out / plot_name}" if plot_name else ""))
-  return 0
+    if t["status"] != "not measured":
+      log(f"  [{t['status']}] {t['target']}: {t['detail']}")
+  for n in ctx.notes:
+    log(f"  note: {n}")
+  write_outputs(out, res, targets, args)
+  log(f"[bench] wrote {out / 'results.json'} and {out / 'BENCHMARKS.md'}")
+  if args.summary:
+    Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.summary).write_text(json.dumps(summary(res), indent=1, ensure_ascii=False) + "\n")
+    log(f"[bench] wrote {args.summary}")
+  return 1 if any(n.startswith("MISMATCH") for n in ctx.notes) else 0
 
 
 if __name__ == "__main__":

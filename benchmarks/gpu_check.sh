@@ -1,115 +1,129 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build for sm_90, then (by stage) the benchmark, the example
-# decode loop with --compare, and the GPU tests against numpy (pytest -m gpu, incl. the
-# compute-sanitizer run). Logs and results under $OUT (or ./out), a short summary last.
+# One call on the GPU machine: build for sm_90, then the stages asked for. Everything lands in
+# $OUT (default ./out), at most 8 files: run.log (build, every stage's console output, summary),
+# results.json + BENCHMARKS.md + results_summary.json (one bench.py run of the benchmark
+# stages), pytest_gpu.log (test), sweep.md (sweep), baseline.md (baseline).
 #   benchmarks/gpu_check.sh [STAGE[,STAGE...]] [extra bench.py args...]
-# Stages: all (= bench,example,test), test, example, bench, ncu (our kernels and the XLA
-# paths under ncu), probe (benchmarks/launch_probe.cu under ncu), sweep (rebuild with each
-# tuning variant in $SWEEP and benchmark the kernels; runs last, ends on the default build).
+# Stages:
+#   chain    bench.py chain: the in-chain table (SPEC §3b)
+#   bench    bench.py isolated: the isolated table (SPEC §3)
+#   example  bench.py example (the example's decode step, ours vs reference, device span) and
+#            examples/sample.py --compare at vocab 202048 (greedy f32/bf16, sample)
+#   sharded  bench.py sharded (issue 11; run it on the 2-GPU machine)
+#   test     pytest -m gpu (GPU tests against numpy, compute-sanitizer included)
+#   sweep    bench.py isolated,chain --methods kernel --variants "$SWEEP" (kernel plan options
+#            switched in one process through jax_argreduce._ffi.debug_set_plan_options: no
+#            rebuild); SWEEP="name=key:value,...;name2=..." (default below), SWEEP_SHAPES
+#   baseline build $BASELINE_DIR (default .baseline: `git archive` of the commit to compare
+#            with) beside this tree and run bench.py chain,isolated --ops argmax on it first
+#            (baseline.md): the same-run comparison with the previous build
+#   all      chain,bench,example,test
+# The chain/bench/example/sharded stages run as ONE bench.py call (one BENCHMARKS.md, in-chain
+# table first); extra arguments go to it. (The former ncu stage is gone: kernel_profile.cu does
+# not build against the restructured ffi/; the former probe stage's results are in NOTES.md.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 stage=${1:-all}
 shift || true
-stage=${stage//all/bench,example,test}
+stage=${stage//all/chain,bench,example,test}
 for s in ${stage//,/ }; do
-  case $s in bench|example|test|ncu|probe|sweep) ;;
-    *) echo "unknown stage '$s' (all, bench, example, test, ncu, probe, sweep)"; exit 2 ;;
+  case $s in chain|bench|example|sharded|test|sweep|baseline) ;;
+    *) echo "unknown stage '$s' (all, chain, bench, example, sharded, test, sweep, baseline)"; exit 2 ;;
   esac
 done
 has() { [[ ,$stage, == *,$1,* ]]; }
-build() {  # build [CMAKE_CUDA_FLAGS]: always passed, so a sweep variant's flags do not stick
-  python3 -m pip install --no-build-isolation --no-deps -q \
-    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C cmake.define.JAX_ARGREDUCE_CUDA=ON \
-    -C "cmake.define.CMAKE_CUDA_FLAGS=${1:-${CUDAFLAGS:-}}" -e . >/tmp/build.log 2>&1 ||
-    { tail -50 /tmp/build.log; return 1; }
-}
 export PYTHONUNBUFFERED=1
 log="$OUT/run.log"
 
+# The package is installed as a plain (non-editable) build into $PKG and found through
+# PYTHONPATH, so a second build (the baseline stage: the commit in $BASELINE_DIR, e.g. a
+# `git archive` of the previous main) can be imported by another process of the same run.
+# pytest runs from /tmp so the source tree's jax_argreduce/ (no extension) is not imported.
+PKG=${PKG:-/tmp/jax_argreduce_pkg}
+build() {  # build SRC_DIR TARGET_DIR
+  rm -rf "$2"
+  python3 -m pip install --no-build-isolation --no-deps -q --target "$2" \
+    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C cmake.define.JAX_ARGREDUCE_CUDA=ON \
+    -C "cmake.define.CMAKE_CUDA_FLAGS=${CUDAFLAGS:-}" -C build-dir=/tmp/build_$(basename "$2") \
+    "$1" >"/tmp/build_$(basename "$2").log" 2>&1 || { tail -50 "/tmp/build_$(basename "$2").log"; return 1; }
+}
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   python3 -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
-  echo "== build (sm_90)"
+  echo "== build (sm_90) into $PKG"
   t0=$(date +%s)
-  build || exit 1
+  if has baseline; then  # both builds at once (CPU only; nothing runs on the GPU yet)
+    build "${BASELINE_DIR:-.baseline}" /tmp/jax_argreduce_base & base_pid=$!
+  fi
+  build . "$PKG" || exit 1
+  if has baseline; then wait $base_pid || exit 1; fi
   echo "built in $(( $(date +%s) - t0 )) s"
 } 2>&1 | tee "$log"
 [[ ${PIPESTATUS[0]} == 0 ]] || exit 1
+export PYTHONPATH=$PKG${PYTHONPATH:+:$PYTHONPATH}
+REPO=$PWD
 
 rc=0
-if has bench; then
-  echo "== benchmark" | tee -a "$log"
-  python3 benchmarks/bench.py --out "$OUT" "$@" 2>&1 | tee -a "$log" | tail -45
+if has baseline; then
+  # The previous build on the same GPU in the same run: argmax only, both tables.
+  echo "== baseline: bench.py chain,isolated of ${BASELINE_DIR:-.baseline}" | tee -a "$log"
+  PYTHONPATH=/tmp/jax_argreduce_base python3 benchmarks/bench.py chain,isolated --ops argmax \
+    --out /tmp/baseline_out ${BASELINE_ARGS:-} 2>&1 | grep -vE "^\[(timing|chain|isolated)\]" \
+    | tee -a "$log"
+  rc=$(( rc | PIPESTATUS[0] ))
+  cp /tmp/baseline_out/BENCHMARKS.md "$OUT/baseline.md" 2>/dev/null
+fi
+modes=()
+has chain && modes+=(chain)
+has bench && modes+=(isolated)
+has example && modes+=(example)
+has sharded && modes+=(sharded)
+if (( ${#modes[@]} )); then
+  m=$(IFS=,; echo "${modes[*]}")
+  echo "== bench.py $m" | tee -a "$log"
+  python3 benchmarks/bench.py "$m" --out "$OUT" --summary "$OUT/results_summary.json" "$@" \
+    2>&1 | tee -a "$log" | grep -vE "^\[(timing|chain|isolated|example|sharded)\]"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 if has example; then
-  echo "== example: greedy decode at vocab 202048, --compare" | tee -a "$log"
-  for dt in float32 bfloat16; do
+  echo "== examples/sample.py --compare at vocab 202048, batch 8, dim 256, 2 layers" | tee -a "$log"
+  for args in "--dtype float32" "--dtype bfloat16" "--dtype bfloat16 --mode sample --temperature 0.8"; do
+    # shellcheck disable=SC2086
     python3 examples/sample.py --vocab 202048 --batch 8 --layers 2 --dim 256 --heads 4 \
-      --steps 64 --dtype $dt --compare 2>/dev/null | tee -a "$log"
+      --steps 64 --trace-steps 16 --compare $args 2>/dev/null | tee -a "$log"
     rc=$(( rc | PIPESTATUS[0] ))
   done
 fi
 if has test; then
   echo "== pytest -m gpu" | tee -a "$log"
-  timeout ${TEST_TIMEOUT:-900} python3 -m pytest -m gpu -q -rsP --durations=12 -p no:cacheprovider \
-    tests > "$OUT/pytest_gpu.log" 2>&1
+  (cd /tmp && timeout "${TEST_TIMEOUT:-900}" python3 -m pytest -m gpu -q -rsP --durations=12 \
+    -p no:cacheprovider --rootdir "$REPO" -c "$REPO/pyproject.toml" ${TESTS:-"$REPO/tests"} \
+    > "$OUT/pytest_gpu.log" 2>&1)
   rc=$(( rc | $? ))
-  tail -25 "$OUT/pytest_gpu.log"
-fi
-NCU_SECTIONS="--section SpeedOfLight --section LaunchStats --section Occupancy \
-  --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis"
-if has ncu; then
-  # L2 as in bench.py (no flush between launches): 4 inputs per case, rotated.
-  echo "== ncu: our kernels (benchmarks/kernel_profile.cu) on the missed-target shapes" | tee -a "$log"
-  nvcc -O3 -std=c++17 -arch=sm_90 -Iffi -o /tmp/kernel_profile benchmarks/kernel_profile.cu \
-    ffi/argreduce_kernels.cu > "$OUT/nvcc_kernel_profile.log" 2>&1 &&
-    timeout 240 ncu --clock-control none --cache-control none $NCU_SECTIONS \
-      --section SourceCounters /tmp/kernel_profile > "$OUT/ncu.log" 2>&1
-  rc=$(( rc | $? ))
-  python3 benchmarks/ncu_summary.py --group 5 "$OUT/ncu.log" | tee -a "$log"
-  echo "== ncu: our XLA path vs jnp.argmax (float32 shapes routed to XLA)" | tee -a "$log"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 ncu --clock-control none \
-    --cache-control none $NCU_SECTIONS python3 benchmarks/ncu_profile.py \
-    > "$OUT/ncu_xla.log" 2>&1
-  rc=$(( rc | $? ))
-  python3 benchmarks/ncu_summary.py "$OUT/ncu_xla.log" | grep -v "^    " | tee -a "$log"
-fi
-if has probe; then
-  echo "== launch probe under ncu (gpu__time_duration per launch)" | tee -a "$log"
-  nvcc -O3 -arch=sm_90 -o /tmp/launch_probe benchmarks/launch_probe.cu \
-    > "$OUT/nvcc_probe.log" 2>&1 &&
-    timeout 120 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
-      /tmp/launch_probe > "$OUT/probe.log" 2>&1
-  rc=$(( rc | $? ))
-  python3 benchmarks/ncu_summary.py --group 5 --probe "$OUT/probe.log" | tee -a "$log"
+  tail -25 "$OUT/pytest_gpu.log" | tee -a "$log"
 fi
 if has sweep; then
-  # NAME=CMAKE_CUDA_FLAGS;... (the first is the default build, for a same-run baseline)
-  SWEEP=${SWEEP:-"base=;unroll8=-DJAX_ARGREDUCE_UNROLL=8;waves0=-DJAX_ARGREDUCE_TEAM_WAVES=0"}
-  SWEEP_SHAPES=${SWEEP_SHAPES:-1x32000,1x202048,8x202048,32x202048,256x202048,4096x128,4096x4096,65536x64,65536x1024}
-  IFS=';' read -ra variants <<< "$SWEEP"
-  for v in "${variants[@]}"; do
-    name=${v%%=*}; flags=${v#*=}
-    echo "== sweep $name: CMAKE_CUDA_FLAGS='$flags'" | tee -a "$log"
-    build "$flags" || { rc=1; continue; }
-    python3 benchmarks/bench.py --shapes "$SWEEP_SHAPES" --methods kernel --iters 20 \
-      --wall-r 1 --wall-repeats 1 --no-plot --out "$OUT/sweep_$name" > "$OUT/sweep_$name.log" 2>&1
-    rc=$(( rc | $? ))
-    # shape, dtype, ours and jnp span (µs), path/geometry (the table's columns 12 on)
-    grep -E "^[0-9]+x[0-9]+ " "$OUT/sweep_$name.log" |
-      awk '{g = $12; for (i = 13; i <= NF; i++) g = g " " $i; print $1, $2, $4, $5, g}' |
-      tee -a "$log"
-  done
-  build || rc=1
+  SWEEP=${SWEEP:-"base=;nopdl=pdl:false"}
+  SWEEP_SHAPES=${SWEEP_SHAPES:-1x32000,1x202048,8x202048,16x202048,32x202048,256x202048,64x128256,4096x128,4096x4096,65536x64,65536x1024}
+  echo "== sweep: --methods kernel --variants '$SWEEP'" | tee -a "$log"
+  python3 benchmarks/bench.py isolated,chain --ops argmax --methods kernel --variants "$SWEEP" \
+    --shapes "$SWEEP_SHAPES" --iters 20 --wall-r 0 --out /tmp/sweep 2>&1 |
+    grep -vE "^\[(timing|chain|isolated)\]" | tee -a "$log"
+  rc=$(( rc | PIPESTATUS[0] ))
+  cp /tmp/sweep/BENCHMARKS.md "$OUT/sweep.md" 2>/dev/null
 fi
-echo "== summary (exit $rc)"
-if has test; then
-  grep -hE "^[0-9]+ (passed|failed)|passed|failed" "$OUT/pytest_gpu.log" 2>/dev/null | tail -1
-  grep -hE "SUMMARY" "$OUT/pytest_gpu.log" 2>/dev/null | tail -4
-fi
-has example && grep -hE "identical|tokens/s" "$log" 2>/dev/null | tail -8
+summary=$(  # read the log first, then append: grep must not read its own output
+  echo "== summary (exit $rc)"
+  if has test; then
+    grep -hE "passed|failed" "$OUT/pytest_gpu.log" 2>/dev/null | tail -1
+    grep -hE "SUMMARY" "$OUT/pytest_gpu.log" 2>/dev/null | tail -4
+  fi
+  grep -hE "^  \[(met|missed|met \(partial\))\]" "$log" 2>/dev/null | cut -c1-200
+  has example && grep -hE "identical|device span per step|: (pass|FAIL)$" "$log" 2>/dev/null | tail -12
+  grep -hE "MISMATCH" "$log" 2>/dev/null | head -5
+)
+echo "$summary" | tee -a "$log"
 exit $rc

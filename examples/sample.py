@@ -1,15 +1,22 @@
-"""Token picking in a small decoder-only language model with ``jax_argreduce.argmax``.
+"""Token picking in a small decoder-only language model with ``jax_argreduce``.
 
 A decoder written in plain JAX (token embedding, pre-norm blocks of multi-head causal
 self-attention and an MLP, a KV cache for incremental decoding, a final norm and an LM head,
 weights from a fixed seed) decodes ``--steps`` tokens per sequence. Each decode step is one
 ``jax.jit`` that donates the KV cache; the next token is picked from the ``[batch, vocab]``
-logits either greedily (``jax_argreduce.argmax(logits, axis=-1)``) or by Gumbel-max sampling
-(temperature-scaled logits plus Gumbel noise from a per-sequence key, then argmax; written for
-one sequence and ``jax.vmap``'d over the batch). ``--compare`` runs the same model and prompt
-again with ``jnp.argmax`` as the picker, reports both speeds, and checks that greedy tokens are
-identical (exit code 1 if not). ``--logits FILE.npy`` skips the model and picks from saved
-logits of shape ``[rows, vocab]`` or ``[vocab]`` instead.
+logits either greedily (``jax_argreduce.argmax(logits, axis=-1)``) or by sampling from
+``softmax(logits / T)`` with one key per sequence (``jax_argreduce.categorical(keys, logits,
+temperature=T)``, the fused Gumbel-max sampler, where the installed package has it; else
+Gumbel noise from ``jax.random`` plus ``jax_argreduce.argmax``, vmapped over the batch).
+
+``--compare`` runs the same model and prompt again with the reference picker (``jnp.argmax``;
+in sample mode ``jax.random.categorical(key, logits / T)``), reports both speeds, wall time
+and the device time per step from a short profiler trace, and checks the result: greedy tokens
+must be identical (exit code 1 if not); sampled tokens come from different generators, so
+both samplers are checked by distribution instead (a chi-square test of many draws from one
+fixed logits row against ``softmax(logits / T)``, threshold fixed in advance; exit code 1 if
+ours fails). ``--logits FILE.npy`` skips the model and picks from saved logits of shape
+``[rows, vocab]`` or ``[vocab]`` instead.
 
   python examples/sample.py                              # CPU-sized defaults, vocab 202048
   python examples/sample.py --compare --mode sample --temperature 0.8
@@ -21,12 +28,19 @@ logits of shape ``[rows, vocab]`` or ``[vocab]`` instead.
 from __future__ import annotations
 
 import argparse
+import bisect
+import contextlib
 import dataclasses
 import functools
+import gzip
+import json
 import math
+import shutil
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
 import jax
@@ -37,41 +51,82 @@ from jax import lax
 import jax_argreduce
 
 ArgmaxFn = Callable[..., jax.Array]
+# (keys [batch], logits [batch, vocab], temperature) -> token ids [batch]
+SampleFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
-# Pickers --compare runs, by the name printed for them.
-PICKERS: dict[str, ArgmaxFn] = {
-    "jax_argreduce.argmax": jax_argreduce.argmax,
-    "jnp.argmax": jnp.argmax,
-}
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 _SAMPLE_KEY_TAG = 1  # the sampling keys are fold_in(key(seed), tag), apart from the weights'
 _PROMPT_KEY_TAG = 2
+_CHECK_KEY_TAG = 3   # keys of the --compare distribution check
+
+# The fused sampler (SPEC §1c) where the installed jax_argreduce has it.
+HAS_FUSED_SAMPLER = hasattr(jax_argreduce, "categorical")
 
 
 # ----------------------------------------------------------------------------------------------
-# Token picking: the one place a future fused sampler (e.g. a jax_argreduce Gumbel-max
-# function) would replace "Gumbel noise + argmax".
+# Token picking: greedy (argmax) or sampling, each by our package or by the JAX reference.
 # ----------------------------------------------------------------------------------------------
+
+def sample_fused(keys: jax.Array, logits: jax.Array, temperature: jax.Array) -> jax.Array:
+  """``jax_argreduce.categorical``: one call for the batch, one key per row, noise never
+  materialized."""
+  return jax_argreduce.categorical(keys, logits, temperature=temperature)
+
+
+def sample_gumbel_argmax(keys: jax.Array, logits: jax.Array, temperature: jax.Array,
+                         argmax_fn: ArgmaxFn = jax_argreduce.argmax) -> jax.Array:
+  """Gumbel-max written for one row and vmapped: float32 noise from ``jax.random.gumbel``
+  added to ``logits / T``, then ``argmax_fn`` (the fallback before the fused sampler)."""
+  def one(key, row):
+    noise = jax.random.gumbel(key, row.shape, jnp.float32)
+    return argmax_fn(row.astype(jnp.float32) / temperature + noise)
+  return jax.vmap(one)(keys, logits)
+
+
+def sample_jax_random(keys: jax.Array, logits: jax.Array, temperature: jax.Array) -> jax.Array:
+  """The reference: ``jax.random.categorical(key, logits / T)`` per row, in float32 (bfloat16
+  logits are cast first: ``jax.random`` would otherwise draw bfloat16 noise, which is biased)."""
+  return jax.vmap(lambda k, row: jax.random.categorical(
+      k, row.astype(jnp.float32) / temperature))(keys, logits)
+
+
+@dataclasses.dataclass(frozen=True)
+class Picker:
+  """How one implementation picks tokens. ``tag`` names its jitted decode step
+  (``decode_step_<tag>``); ``name``/``sample_name`` are printed for greedy/sample mode."""
+  tag: str
+  name: str
+  argmax: ArgmaxFn
+  sample_name: str
+  sample: SampleFn
+
+  def label(self, mode: str) -> str:
+    return self.name if mode == "greedy" else self.sample_name
+
+
+OURS = Picker("ours", "jax_argreduce.argmax", jax_argreduce.argmax,
+              "jax_argreduce.categorical" if HAS_FUSED_SAMPLER
+              else "Gumbel noise + jax_argreduce.argmax",
+              sample_fused if HAS_FUSED_SAMPLER else sample_gumbel_argmax)
+REFERENCE = Picker("jnp", "jnp.argmax", jnp.argmax, "jax.random.categorical", sample_jax_random)
+# Pickers --compare runs, ours first.
+PICKERS: dict[str, Picker] = {"ours": OURS, "jnp": REFERENCE}
+
 
 def pick_tokens(logits: jax.Array, seq_keys: jax.Array, pos: jax.Array, temperature: jax.Array,
-                *, mode: str, argmax_fn: ArgmaxFn = jax_argreduce.argmax) -> jax.Array:
+                *, mode: str, picker: Picker = OURS) -> jax.Array:
   """Picks one token id per row of ``logits`` ``[batch, vocab]``; returns ``[batch]`` int32.
 
-  greedy: ``argmax_fn(logits, axis=-1)`` on the whole batch. sample: Gumbel-max sampling from
-  ``softmax(logits / temperature)``, written for one sequence and vmapped over the batch; the
-  noise of row ``i`` at position ``pos`` comes from ``fold_in(seq_keys[i], pos)``, so a
-  sequence's samples depend on its key and position only.
+  greedy: ``picker.argmax(logits, axis=-1)`` on the whole batch. sample: one draw per row from
+  ``softmax(logits / temperature)`` by ``picker.sample``, row ``i`` keyed by
+  ``fold_in(seq_keys[i], pos)``, so a sequence's samples depend on its key and position only.
   """
   if mode == "greedy":
-    return argmax_fn(logits, axis=-1)
+    return picker.argmax(logits, axis=-1)
   if mode != "sample":
     raise ValueError(f"mode must be 'greedy' or 'sample', got {mode!r}")
-
-  def sample_one(row: jax.Array, key: jax.Array) -> jax.Array:  # row: [vocab]
-    noise = jax.random.gumbel(jax.random.fold_in(key, pos), row.shape, jnp.float32)
-    return argmax_fn(row.astype(jnp.float32) / temperature + noise)
-
-  return jax.vmap(sample_one)(logits, seq_keys)
+  step_keys = jax.vmap(lambda k: jax.random.fold_in(k, pos))(seq_keys)
+  return picker.sample(step_keys, logits, temperature)
 
 
 def sequence_keys(seed: int, n: int) -> jax.Array:
@@ -192,11 +247,17 @@ def _prefill(params, cache, prompt, *, cfg):
   return cache
 
 
-def _decode_step(params, cache, tokens, pos, seq_keys, temperature, *, cfg, mode, argmax_fn):
-  """One token per sequence: ``tokens`` ``[batch]`` at ``pos`` in, the next ones out."""
+def next_logits(params, cache, tokens, pos, *, cfg):
+  """``tokens`` ``[batch]`` at ``pos`` in: the logits ``[batch, vocab]`` of the next position
+  and the updated cache."""
   h, cache = forward(params, cache, tokens[:, None], pos, cfg)
-  logits = lm_head(params, h[:, -1])  # [batch, vocab]
-  return pick_tokens(logits, seq_keys, pos, temperature, mode=mode, argmax_fn=argmax_fn), cache
+  return lm_head(params, h[:, -1]), cache
+
+
+def decode_step(params, cache, tokens, pos, seq_keys, temperature, *, cfg, mode, picker):
+  """One token per sequence: ``tokens`` ``[batch]`` at ``pos`` in, the next ones out."""
+  logits, cache = next_logits(params, cache, tokens, pos, cfg=cfg)
+  return pick_tokens(logits, seq_keys, pos, temperature, mode=mode, picker=picker), cache
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,12 +309,21 @@ def progress_bar(total: int, desc: str):
   return tqdm(total=total, desc=desc, unit="step", leave=True)
 
 
+def _named(name: str, fn: Callable) -> Callable:
+  """``fn`` under ``name``: jitted, its XLA module (and profiler events) is ``jit_<name>``."""
+  def f(*args):
+    return fn(*args)
+  f.__name__ = f.__qualname__ = name
+  return f
+
+
 @functools.lru_cache(maxsize=16)
-def _compiled(cfg: ModelConfig, mode: str, argmax_fn: ArgmaxFn):
-  """The jitted prefill and decode step (each donates the KV cache), reused across calls."""
+def compiled_steps(cfg: ModelConfig, mode: str, picker: Picker):
+  """The jitted prefill and decode step (each donates the KV cache), reused across calls. The
+  step is ``decode_step_<picker.tag>``, so each picker's step has its own module name."""
   prefill = jax.jit(functools.partial(_prefill, cfg=cfg), donate_argnums=(1,))
-  step = jax.jit(functools.partial(_decode_step, cfg=cfg, mode=mode, argmax_fn=argmax_fn),
-                 donate_argnums=(1,))
+  step = jax.jit(_named(f"decode_step_{picker.tag}", functools.partial(
+      decode_step, cfg=cfg, mode=mode, picker=picker)), donate_argnums=(1,))
   return prefill, step
 
 
@@ -275,21 +345,23 @@ def make_prompt(cfg: ModelConfig, batch: int, prompt_len: int, seed: int) -> jax
 
 def generate(cfg: ModelConfig, *, batch: int = 2, prompt_len: int = 8, steps: int = 16,
              mode: str = "greedy", temperature: float = 1.0, seed: int = 0,
-             argmax_fn: ArgmaxFn = jax_argreduce.argmax, params: dict | None = None,
-             desc: str | None = None) -> Generation:
+             picker: Picker = OURS, params: dict | None = None, desc: str | None = None,
+             max_len: int | None = None, marker: str | None = None) -> Generation:
   """Decodes ``steps`` tokens for ``batch`` prompts; the tokens are ``Generation.tokens``.
 
-  The prompt (random token ids) and the weights come from ``seed``; ``argmax_fn`` picks the
-  tokens (``jax_argreduce.argmax`` or ``jnp.argmax``). ``desc`` shows a progress bar.
+  The prompt (random token ids) and the weights come from ``seed``; ``picker`` picks the
+  tokens (:data:`OURS` or :data:`REFERENCE`). ``desc`` shows a progress bar. ``max_len`` sizes
+  the KV cache (default ``prompt_len + steps``: pass the same to reuse a compiled step);
+  ``marker``: each step runs inside a profiler annotation ``bench_call:<marker>:<i>``.
   """
   if params is None:
     params = init_params(cfg, seed)
   prompt = make_prompt(cfg, batch, prompt_len, seed)
   seq_keys = sequence_keys(seed, batch)
   temp = jnp.float32(temperature)
-  cache = init_cache(cfg, batch, prompt_len + steps)
+  cache = init_cache(cfg, batch, max(max_len or 0, prompt_len + steps))
 
-  prefill, step = _compiled(cfg, mode, argmax_fn)
+  prefill, step = compiled_steps(cfg, mode, picker)
 
   t0 = time.perf_counter()
   if prompt_len > 1:  # the last prompt token is the first decode step's input
@@ -300,8 +372,10 @@ def generate(cfg: ModelConfig, *, batch: int = 2, prompt_len: int = 8, steps: in
   tok, out, step_s = prompt[:, -1], [], []
   for i in range(steps):
     t0 = time.perf_counter()
-    tok, cache = step(params, cache, tok, jnp.int32(prompt_len - 1 + i), seq_keys, temp)
-    tok.block_until_ready()
+    with (jax.profiler.TraceAnnotation(f"{_MARKER}{marker}:{i}") if marker
+          else contextlib.nullcontext()):
+      tok, cache = step(params, cache, tok, jnp.int32(prompt_len - 1 + i), seq_keys, temp)
+      tok.block_until_ready()
     step_s.append(time.perf_counter() - t0)
     out.append(tok)
     if bar is not None:
@@ -309,6 +383,180 @@ def generate(cfg: ModelConfig, *, batch: int = 2, prompt_len: int = 8, steps: in
   if bar is not None:
     bar.close()
   return Generation(np.stack([np.asarray(t) for t in out], axis=1), step_s, prefill_s)
+
+
+# ----------------------------------------------------------------------------------------------
+# Device time per step (--compare): a short profiler trace
+# ----------------------------------------------------------------------------------------------
+
+_MARKER = "bench_call:"
+
+
+def _trace_parser():
+  """``benchmarks/timing.py`` of this checkout when it is importable, else None."""
+  bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
+  if not (bench_dir / "timing.py").is_file():
+    return None
+  sys.path.insert(0, str(bench_dir))
+  try:
+    import timing  # noqa: PLC0415
+    return timing
+  except ImportError:
+    return None
+  finally:
+    sys.path.remove(str(bench_dir))
+
+
+def _local_step_spans(trace_dir: str, modules: dict[str, str], device: str) -> dict[str, list]:
+  """The small stand-alone parser: per marker label, the device span (µs) of each step.
+
+  Device events are the ``ph == "X"`` events whose ``args.hlo_module`` is the step's module,
+  on a ``/device:GPU`` process (or, with ``device == "cpu"``, on the host: CPU executor
+  events); each belongs to the latest host marker ``bench_call:<label>:<i>`` started before it.
+  """
+  files = sorted(Path(trace_dir).rglob("*.trace.json.gz"), key=lambda f: f.stat().st_mtime)
+  with gzip.open(files[-1], "rt") as f:
+    events = json.load(f)["traceEvents"]
+  procs = {e["pid"]: str(e["args"].get("name", "")) for e in events
+           if e.get("ph") == "M" and e.get("name") == "process_name"}
+  is_gpu = lambda pid: "/device:gpu" in procs.get(pid, "").lower()
+  marks = sorted((float(e["ts"]), e["name"][len(_MARKER):].rpartition(":")[0])
+                 for e in events if e.get("ph") == "X" and not is_gpu(e.get("pid"))
+                 and str(e.get("name", "")).startswith(_MARKER))
+  starts = [ts for ts, _ in marks]
+  calls: dict[tuple, list] = {}
+  for e in events:
+    module = (e.get("args") or {}).get("hlo_module")
+    if e.get("ph") != "X" or not module or is_gpu(e.get("pid")) != (device == "gpu"):
+      continue
+    j = bisect.bisect_right(starts, float(e["ts"])) - 1
+    if j >= 0 and module == modules.get(marks[j][1]):
+      calls.setdefault((marks[j][1], j), []).append(e)
+  out: dict[str, list] = {label: [] for label in modules}
+  for (label, _), evs in sorted(calls.items(), key=lambda kv: kv[0][1]):
+    out[label].append(max(float(e["ts"]) + float(e.get("dur", 0)) for e in evs)
+                      - min(float(e["ts"]) for e in evs))
+  return out
+
+
+def device_step_spans(cfg: ModelConfig, params: dict, pickers: list[Picker], *, batch: int,
+                      prompt_len: int, steps: int, max_len: int, mode: str, temperature: float,
+                      seed: int) -> tuple[dict[str, float | None], str]:
+  """Median device span (µs) of one decode step per picker, from one profiler trace.
+
+  Runs ``steps`` decode steps per picker (the compiled steps of the timed runs: same
+  ``max_len``) inside one ``jax.profiler`` session, each step inside a host marker; per step
+  the span is the first to the last device event of the step's module (``jit_decode_step_
+  <tag>``). On GPU these are GPU kernel events; without a GPU, the CPU executor's events
+  (CPU time: only the parsing is meaningful there). Returns ({picker tag: µs}, source).
+  """
+  device = "gpu" if jax.default_backend() == "gpu" else "cpu"
+  source = "GPU events" if device == "gpu" else "CPU executor events: no GPU"
+  tdir = tempfile.mkdtemp(prefix="sample_trace_")
+  jax.profiler.start_trace(tdir, create_perfetto_trace=True)
+  try:
+    for p in pickers:
+      generate(cfg, batch=batch, prompt_len=prompt_len, steps=steps, mode=mode,
+               temperature=temperature, seed=seed, picker=p, params=params, max_len=max_len,
+               marker=p.tag)
+  finally:
+    jax.profiler.stop_trace()
+  modules = {p.tag: f"jit_decode_step_{p.tag}" for p in pickers}
+  timing = _trace_parser()
+  try:
+    if timing is not None:
+      trace = timing.load_trace(timing.find_trace_file(tdir))
+      by_module, _ = timing.module_events(trace, device)
+      markers = timing.host_markers(trace, _MARKER)
+      spans = {}
+      for tag, module in modules.items():
+        calls, _ = timing.split_calls(timing.events_for(by_module, module),
+                                      {tag: markers.get(tag, [])})
+        spans[tag] = timing.summarize_calls(calls.get(tag, []))["spans_us"]
+    else:
+      spans = _local_step_spans(tdir, modules, device)
+  finally:
+    shutil.rmtree(tdir, ignore_errors=True)
+  # The first step of a run pays for host-side warm-up: the median of the others.
+  med = {tag: statistics.median(v[1:] or v) if v else None for tag, v in spans.items()}
+  return med, source + ("" if timing is not None else ", local parser")
+
+
+# ----------------------------------------------------------------------------------------------
+# Sampling check (--compare --mode sample): by distribution, not index equality
+# ----------------------------------------------------------------------------------------------
+
+CHECK_BINS = 16          # equal-probability-mass bins of the vocabulary
+CHECK_ALPHA = 1e-4       # fixed in advance: a correct sampler fails once in 10,000 seeds
+_Z_ALPHA = 3.719         # the standard normal quantile 1 - CHECK_ALPHA
+
+
+def chi2_threshold(df: int) -> float:
+  """The chi-square quantile ``1 - CHECK_ALPHA`` by the Wilson-Hilferty approximation (no
+  scipy needed): df 15 -> 44.6 (exact 44.26), df 31 -> 69.3 (exact 69.11)."""
+  c = 2.0 / (9.0 * df)
+  return df * (1.0 - c + _Z_ALPHA * math.sqrt(c)) ** 3
+
+
+def equal_mass_bins(p: np.ndarray, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+  """Tokens grouped into about ``k`` bins of equal probability mass (tokens in descending
+  probability; a token heavier than 1/k gets a bin of its own), bins merged until each expects
+  at least 5 of ``n`` draws. Returns (bin of each token, mass of each bin)."""
+  order = np.argsort(-p, kind="stable")
+  mid = np.cumsum(p[order]) - p[order] / 2
+  b = np.minimum((mid * k).astype(np.int64), k - 1)
+  _, b = np.unique(b, return_inverse=True)   # consecutive labels 0..m-1, in mass order
+  mass = np.bincount(b, weights=p[order])
+  label, acc, relabel = 0, 0.0, np.empty(len(mass), np.int64)
+  for j, m in enumerate(mass):               # merge light bins into the next one
+    relabel[j] = label
+    acc += m
+    if acc * n >= 5:
+      label, acc = label + 1, 0.0
+  if relabel[-1] == label and label:         # a light last group joins the one before
+    relabel[relabel == label] = label - 1
+  b = relabel[b]
+  bins = np.empty_like(b)
+  bins[order] = b
+  return bins, np.bincount(bins, weights=p)
+
+
+def distribution_check(row: np.ndarray, temperature: float, samplers: dict[str, SampleFn], *,
+                       draws: int, seed: int) -> dict:
+  """Draws ``draws`` samples from one logits ``row`` with each sampler (each draw its own key,
+  the row repeated over a batch) and tests each sample's token frequencies against the exact
+  ``softmax(row / temperature)`` (float64) by chi-square over :func:`equal_mass_bins`.
+
+  Returns {"df", "threshold", "bins", "results": {name: {"chi2", "ok", "tv"}}}; ``tv`` is the
+  total-variation distance between the binned frequencies and the binned probabilities.
+  """
+  z = row.astype(np.float64) / temperature
+  p = np.exp(z - z.max())
+  p /= p.sum()
+  bins, mass = equal_mass_bins(p, CHECK_BINS, draws)
+  df = len(mass) - 1
+  vocab = row.shape[-1]
+  chunk = max(1, min(draws, (1 << 22) // vocab))
+  n_chunks = -(-draws // chunk)
+  n = chunk * n_chunks
+  rows = jnp.broadcast_to(jnp.asarray(row), (chunk, vocab))
+  keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), _CHECK_KEY_TAG), n)
+  temp = jnp.float32(temperature)
+  out = {"df": df, "threshold": chi2_threshold(max(df, 1)), "bins": len(mass), "draws": n,
+         "results": {}}
+  for name, fn in samplers.items():
+    f = jax.jit(fn)
+    tokens = np.concatenate([np.asarray(f(keys[i * chunk:(i + 1) * chunk], rows, temp))
+                             for i in range(n_chunks)])
+    if tokens.min() < 0 or tokens.max() >= vocab:
+      out["results"][name] = {"chi2": math.inf, "ok": False, "tv": 1.0}
+      continue
+    obs = np.bincount(bins[tokens], minlength=len(mass))
+    expected = n * mass
+    chi2 = float(np.sum((obs - expected) ** 2 / expected))
+    out["results"][name] = {"chi2": chi2, "ok": chi2 <= out["threshold"],
+                            "tv": float(0.5 * np.abs(obs / n - mass).sum())}
+  return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,14 +581,23 @@ def _parser() -> argparse.ArgumentParser:
   d.add_argument("--prompt-len", type=int, default=8, help="random prompt tokens per sequence")
   d.add_argument("--steps", type=int, default=16, help="tokens generated per sequence")
   d.add_argument("--mode", choices=("greedy", "sample"), default="greedy",
-                 help="argmax of the logits, or Gumbel-max sampling at --temperature")
+                 help="argmax of the logits, or sampling from softmax(logits / --temperature)")
   d.add_argument("--temperature", type=float, default=1.0, help="sample mode only")
   d.add_argument("--seed", type=int, default=0, help="weights, prompt and sampling keys")
-  d.add_argument("--compare", action="store_true",
-                 help="also run with jnp.argmax and report speed and agreement")
-  d.add_argument("--logits", metavar="FILE.npy",
+  c = p.add_argument_group("comparison")
+  c.add_argument("--compare", action="store_true",
+                 help="also run with the reference picker (jnp.argmax; in sample mode "
+                      "jax.random.categorical) and report speeds and agreement")
+  c.add_argument("--trace-steps", type=int, default=8,
+                 help="--compare: decode steps per picker in the profiler trace that gives "
+                      "the device time per step (0: no trace)")
+  c.add_argument("--check-draws", type=int, default=2048,
+                 help="--compare --mode sample: draws per sampler for the distribution check")
+  c.add_argument("--logits", metavar="FILE.npy",
                  help="pick from saved logits [rows, vocab] or [vocab] instead of the model "
                       "(model and decoding sizes are then ignored)")
+  c.add_argument("--show-rows", type=int, default=8,
+                 help="--logits: rows printed before the rest is summarized")
   return p
 
 
@@ -349,7 +606,8 @@ def _device_line() -> str:
   return (f"backend {jax.default_backend()}, device {dev.device_kind} ({dev}), "
           f"{jax.device_count()} device(s); jax {jax.__version__}, "
           f"jax_argreduce {jax_argreduce.__version__} (CUDA handler compiled in: "
-          f"{'yes' if jax_argreduce.HAS_CUDA else 'no'})")
+          f"{'yes' if jax_argreduce.HAS_CUDA else 'no'}; fused sampler: "
+          f"{'yes' if HAS_FUSED_SAMPLER else 'no'})")
 
 
 def _speed_line(name: str, gen: Generation, batch: int) -> str:
@@ -357,9 +615,9 @@ def _speed_line(name: str, gen: Generation, batch: int) -> str:
   first = f"prefill {gen.prefill_s * 1e3:.0f} ms, first step (compile) {gen.step_s[0] * 1e3:.0f} ms"
   if not steady:
     return f"{name}: {first}; no steady-state steps (use --steps >= 2)"
-  med = statistics.median(steady)
-  return (f"{name}: {batch * len(steady) / sum(steady):,.0f} tokens/s, "
-          f"{med * 1e3:.3f} ms/step (median of {len(steady)} steps after the first); {first}")
+  med = statistics.median(steady)  # tokens/s and ms/step both from the median step
+  return (f"{name}: {batch / med:,.0f} tokens/s, {med * 1e3:.3f} ms/step (wall, median of "
+          f"{len(steady)} steps after the first); {first}")
 
 
 def _print_tokens(tokens: np.ndarray, show_seqs: int = 8, show_tokens: int = 8):
@@ -369,6 +627,16 @@ def _print_tokens(tokens: np.ndarray, show_seqs: int = 8, show_tokens: int = 8):
     print(f"  seq {i}: {' '.join(str(int(t)) for t in row[:show_tokens])}{more}")
   if tokens.shape[0] > show_seqs:
     print(f"  ... ({tokens.shape[0] - show_seqs} more sequences)")
+
+
+def _first_logits(cfg: ModelConfig, params: dict, args) -> np.ndarray:
+  """The logits of sequence 0 at the first decode step (after its prompt)."""
+  prompt = make_prompt(cfg, args.batch, args.prompt_len, args.seed)
+  cache = init_cache(cfg, args.batch, args.prompt_len)
+  if args.prompt_len > 1:
+    _, cache = forward(params, cache, prompt[:, :-1], 0, cfg)
+  logits, _ = next_logits(params, cache, prompt[:, -1], jnp.int32(args.prompt_len - 1), cfg=cfg)
+  return np.asarray(logits[0])
 
 
 def run_model(args) -> int:
@@ -384,42 +652,71 @@ def run_model(args) -> int:
         f"mode {args.mode}{temp}, seed {args.seed}")
   print(_device_line())
 
-  names = list(PICKERS) if args.compare else ["jax_argreduce.argmax"]
-  gens = {}
+  pickers = list(PICKERS.values()) if args.compare else [OURS]
+  gens: dict[str, Generation] = {}
+  kw = dict(batch=args.batch, prompt_len=args.prompt_len, steps=args.steps, mode=args.mode,
+            temperature=args.temperature, seed=args.seed, params=params)
   # With --compare every picker runs twice, in turn, and the second runs are reported: the
   # first run of the process would otherwise also pay for clocks ramping up.
   for rep in range(2 if args.compare else 1):
-    for name in names:
-      gen = generate(cfg, batch=args.batch, prompt_len=args.prompt_len, steps=args.steps,
-                     mode=args.mode, temperature=args.temperature, seed=args.seed,
-                     argmax_fn=PICKERS[name], params=params, desc=name)
+    for p in pickers:
+      gen = generate(cfg, picker=p, desc=p.label(args.mode), **kw)
       if rep:  # report the first run's prefill and first step: the ones that compiled
-        gen = dataclasses.replace(gen, prefill_s=gens[name].prefill_s,
-                                  step_s=[gens[name].step_s[0]] + gen.step_s[1:])
-      gens[name] = gen
-  for name in names:
-    print(_speed_line(name, gens[name], args.batch))
-  ours = gens["jax_argreduce.argmax"]
+        gen = dataclasses.replace(gen, prefill_s=gens[p.tag].prefill_s,
+                                  step_s=[gens[p.tag].step_s[0]] + gen.step_s[1:])
+      gens[p.tag] = gen
+  for p in pickers:
+    print(_speed_line(p.label(args.mode), gens[p.tag], args.batch))
+  ours = gens[OURS.tag]
   _print_tokens(ours.tokens)
   if not args.compare:
     return 0
 
-  ref = gens["jnp.argmax"]
+  ref = gens[REFERENCE.tag]
+  name, ref_name = OURS.label(args.mode), REFERENCE.label(args.mode)
   if ours.steady_s and ref.steady_s:
     ratio = statistics.median(ref.steady_s) / statistics.median(ours.steady_s)
-    print(f"median step latency, jnp.argmax / jax_argreduce.argmax: {ratio:.2f}x")
+    print(f"median step wall time, {ref_name} / {name}: {ratio:.2f}x")
+  if args.trace_steps > 0:
+    spans, source = device_step_spans(
+        cfg, params, pickers, batch=args.batch, prompt_len=args.prompt_len,
+        steps=min(args.trace_steps, args.steps), max_len=args.prompt_len + args.steps,
+        mode=args.mode, temperature=args.temperature, seed=args.seed)
+    a, b = spans.get(OURS.tag), spans.get(REFERENCE.tag)
+    if a and b:
+      print(f"device span per step (profiler trace, median of {min(args.trace_steps, args.steps)}"
+            f" steps, {source}): {name} {a:.1f} µs, {ref_name} {b:.1f} µs; ours - reference "
+            f"{a - b:+.1f} µs ({b / a:.2f}x)")
+    else:
+      print(f"device span per step: not found in the trace ({source})")
+
+  if args.mode == "sample":
+    return _sample_check(cfg, params, args)
   same = np.array_equal(ours.tokens, ref.tokens)
-  what = "greedy" if args.mode == "greedy" else "sampled (same Gumbel noise)"
   if same:
-    print(f"{what} tokens identical to jnp.argmax: yes ({ours.tokens.size} tokens)")
+    print(f"greedy tokens identical to jnp.argmax: yes ({ours.tokens.size} tokens)")
     return 0
   diff = np.argwhere(ours.tokens != ref.tokens)
   seq, pos = (int(v) for v in diff[0])
-  print(f"{what} tokens identical to jnp.argmax: NO ({len(diff)} of {ours.tokens.size} differ; "
+  print(f"greedy tokens identical to jnp.argmax: NO ({len(diff)} of {ours.tokens.size} differ; "
         f"first at seq {seq}, step {pos}: {ours.tokens[seq, pos]} vs {ref.tokens[seq, pos]})")
-  # Same logits, same argmax: a greedy mismatch is a bug. Sampled tokens add the same noise
-  # to the same logits too, so a mismatch there is reported, but only greedy fails the run.
-  return 1 if args.mode == "greedy" else 0
+  return 1  # same logits, same argmax: a mismatch is a bug
+
+
+def _sample_check(cfg: ModelConfig, params: dict, args) -> int:
+  """Both samplers against softmax(logits / T) on sequence 0's first logits row."""
+  row = _first_logits(cfg, params, args)
+  samplers = {p.sample_name: p.sample for p in PICKERS.values()}
+  res = distribution_check(row, args.temperature, samplers, draws=args.check_draws,
+                           seed=args.seed)
+  print(f"sampling check: {res['draws']} draws per sampler from sequence 0's first logits row, "
+        f"token frequencies in {res['bins']} equal-mass bins vs softmax(logits / "
+        f"{args.temperature:g}); chi-square fails above {res['threshold']:.1f} (df {res['df']}, "
+        f"p < {CHECK_ALPHA:g})")
+  for name, r in res["results"].items():
+    print(f"  {name}: chi2 {r['chi2']:.1f}, total variation {r['tv']:.3f}: "
+          f"{'pass' if r['ok'] else 'FAIL'}")
+  return 0 if res["results"][OURS.sample_name]["ok"] else 1
 
 
 def run_logits(args) -> int:
@@ -450,13 +747,12 @@ def run_logits(args) -> int:
   x = jnp.asarray(rows)
   greedy = functools.partial(pick_tokens, seq_keys=None, pos=None, temperature=None,
                              mode="greedy")
-  idx = np.asarray(jax.jit(functools.partial(greedy, argmax_fn=jax_argreduce.argmax))(x))
-  ref = (np.asarray(jax.jit(functools.partial(greedy, argmax_fn=jnp.argmax))(x))
+  idx = np.asarray(jax.jit(functools.partial(greedy, picker=OURS))(x))
+  ref = (np.asarray(jax.jit(functools.partial(greedy, picker=REFERENCE))(x))
          if args.compare else None)
   sampled = None
   if args.mode == "sample":
-    sample = jax.jit(functools.partial(pick_tokens, mode="sample",
-                                       argmax_fn=jax_argreduce.argmax))
+    sample = jax.jit(functools.partial(pick_tokens, mode="sample", picker=OURS))
     sampled = np.asarray(sample(x, sequence_keys(args.seed, rows.shape[0]), jnp.int32(0),
                                 jnp.float32(args.temperature)))
 
@@ -466,13 +762,16 @@ def run_logits(args) -> int:
   if sampled is not None:
     header += f" {'sampled':>10}"
   print(header)
-  for r in range(rows.shape[0]):
+  shown = min(rows.shape[0], max(args.show_rows, 0))
+  for r in range(shown):
     line = f"{r:>6} {int(idx[r]):>10} {float(rows[r, idx[r]]):>14.7g}"
     if ref is not None:
       line += f" {int(ref[r]):>10} {'yes' if ref[r] == idx[r] else 'NO':>5}"
     if sampled is not None:
       line += f" {int(sampled[r]):>10}"
     print(line)
+  if rows.shape[0] > shown:
+    print(f"   ... {rows.shape[0] - shown} more rows (--show-rows N prints more)")
 
   if ref is not None:
     agree = int(np.sum(ref == idx))
@@ -485,6 +784,7 @@ def run_logits(args) -> int:
     print(f"jax_argreduce.argmax differs from numpy.argmax on {len(bad)} row(s), first row "
           f"{bad[0]}: {idx[bad[0]]} vs {numpy_idx[bad[0]]}")
     return 1
+  print(f"jax_argreduce.argmax equals numpy.argmax on all {len(idx)} rows")
   return 0
 
 
@@ -495,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   if args.logits:
     return run_logits(args)
-  for flag in ("vocab", "dim", "layers", "heads", "batch", "prompt_len", "steps"):
+  for flag in ("vocab", "dim", "layers", "heads", "batch", "prompt_len", "steps", "check_draws"):
     if getattr(args, flag) < 1:
       print(f"error: --{flag.replace('_', '-')} must be >= 1", file=sys.stderr)
       return 2

@@ -1,5 +1,5 @@
-// nanobind module: exports the FFI handler capsules (registered by jax_argreduce/_ffi.py in
-// one loop) and, when built with CUDA, the launch planner for lowering and benchmarks.
+// nanobind module jax_argreduce._argreduce: the FFI handler registrations, and a `debug`
+// submodule (launch planning for tests and benchmarks; nothing on the op path uses it).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
@@ -7,9 +7,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "argreduce_cpu.h"
+#include "handlers.h"
+#include "launch_plan.h"
 #ifdef JAX_ARGREDUCE_WITH_CUDA
-#include "argreduce_cuda.h"
+#include <cuda_runtime_api.h>
+
 #include "argreduce_kernels.h"
 #endif
 
@@ -23,11 +25,28 @@ nb::capsule EncapsulateFfiHandler(T* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
 }
 
-#ifdef JAX_ARGREDUCE_WITH_CUDA
-void ThrowIfError(cudaError_t err) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + cudaGetErrorString(err));
+nb::dict PlanToDict(const LaunchPlan& plan) {
+  nb::dict d;
+  d["path"] = PathName(plan.path);
+  d["team"] = plan.team;
+  d["parts"] = plan.parts;
+  d["grid"] = plan.grid;
+  d["block"] = plan.block;
+  d["merge_grid"] = plan.merge_grid;
+  d["pdl"] = plan.pdl;
+  d["vector_elements"] = plan.vector_elements;
+  d["row_step"] = plan.row_step;
+  d["workspace_bytes"] = plan.workspace_bytes;
+  return d;
 }
 
+PlanOptions OptionsFrom(nb::object pdl) {
+  PlanOptions options = CurrentPlanOptions();
+  if (!pdl.is_none()) options.pdl = nb::cast<bool>(pdl);
+  return options;
+}
+
+#ifdef JAX_ARGREDUCE_WITH_CUDA
 Format FormatFromName(const std::string& name) {
   if (name == "float16") return Format::kF16;
   if (name == "bfloat16") return Format::kBF16;
@@ -43,39 +62,70 @@ Format FormatFromName(const std::string& name) {
 NB_MODULE(_argreduce, m) {
   using namespace jax_argreduce;
   m.def("registrations", []() {
-    nb::dict targets;
-    targets["jax_argreduce_cpu"] = nb::make_tuple("cpu", EncapsulateFfiHandler(ArgReduceCpu));
+    nb::list targets;  // (op, platform, target name, handler capsule)
+    auto add = [&](const char* op, const char* platform, auto* handler) {
+      targets.append(nb::make_tuple(op, platform,
+                                    std::string("jax_argreduce_") + op + "_" + platform,
+                                    EncapsulateFfiHandler(handler)));
+    };
+    add("argreduce", "cpu", ArgReduceCpu);
+    add("max_with_index", "cpu", MaxWithIndexCpu);
+    add("categorical", "cpu", CategoricalCpu);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
-    targets["jax_argreduce_cuda"] =
-        nb::make_tuple("CUDA", EncapsulateFfiHandler(ArgReduceCuda));
+    add("argreduce", "cuda", ArgReduceCuda);
+    add("max_with_index", "cuda", MaxWithIndexCuda);
+    add("categorical", "cuda", CategoricalCuda);
 #endif
     return targets;
-  }, "FFI targets: {name: (platform, handler capsule)}.");
+  }, "FFI targets: [(op, platform, target name, handler capsule)].");
 #ifdef JAX_ARGREDUCE_WITH_CUDA
   m.attr("has_cuda") = true;
-  // Workspace bytes the CUDA handler needs: a constant, for any shape on any GPU.
-  m.attr("cuda_workspace_bytes") = kArgReduceWorkspaceBytes;
-  m.def("cuda_launch_plan", [](int64_t rows, int64_t cols, const std::string& dtype,
-                               bool is_min) {
-    LaunchPlan plan;
-    ThrowIfError(PlanArgReduce(FormatFromName(dtype), is_min, rows, cols, &plan));
-    nb::dict d;
-    d["path"] = plan.team > 0            ? "team"
-                : plan.cluster > 0         ? "cluster"
-                : plan.blocks_per_row > 1  ? "multi_block"
-                                           : "block";
-    d["cluster"] = plan.cluster;
-    d["team"] = plan.team;
-    d["blocks_per_row"] = plan.blocks_per_row;
-    d["grid"] = plan.grid;
-    d["block"] = plan.block;
-    d["vector_elements"] = plan.vector_elements;
-    d["row_step"] = plan.row_step;
-    d["workspace_bytes"] = plan.workspace_bytes;
-    return d;
-  }, nb::arg("rows"), nb::arg("cols"), nb::arg("dtype"), nb::arg("is_min") = false,
-     "Launch geometry the CUDA handler uses for rows x cols of dtype on the current device.");
 #else
   m.attr("has_cuda") = false;
+#endif
+  // Workspace bytes every CUDA handler call takes: a constant, for any shape on any GPU.
+  m.attr("cuda_workspace_bytes") = kWorkspaceBytes;
+
+  nb::module_ debug = m.def_submodule("debug", "Launch planning, for tests and benchmarks.");
+  debug.def("plan", [](int64_t rows, int64_t cols, int elem_bytes, int key_bytes, int sms,
+                       int cc_major, int team_blocks_per_sm, int block_blocks_per_sm,
+                       int split_blocks_per_sm, nb::object pdl) {
+    if (rows < 1 || cols < 1 || cols > INT32_MAX) throw std::invalid_argument("bad shape");
+    DeviceCaps caps;
+    caps.sms = sms;
+    caps.cc_major = cc_major;
+    caps.team_blocks_per_sm = team_blocks_per_sm;
+    caps.block_blocks_per_sm = block_blocks_per_sm;
+    caps.split_blocks_per_sm = split_blocks_per_sm;
+    return PlanToDict(PlanRowReduce(caps, rows, cols, elem_bytes, key_bytes,
+                                    OptionsFrom(pdl)));
+  }, nb::arg("rows"), nb::arg("cols"), nb::arg("elem_bytes"), nb::arg("key_bytes"),
+     nb::arg("sms"), nb::arg("cc_major"), nb::arg("team_blocks_per_sm"),
+     nb::arg("block_blocks_per_sm"), nb::arg("split_blocks_per_sm"),
+     nb::arg("pdl") = nb::none(),
+     "The pure planner on made-up device capabilities.");
+  debug.def("set_plan_options", [](nb::object pdl) {
+    SetPlanOptions(OptionsFrom(pdl));
+  }, nb::arg("pdl") = nb::none(),
+     "Process-wide plan options, taking effect at the next CUDA handler call.");
+  debug.def("plan_options", []() {
+    const PlanOptions options = CurrentPlanOptions();
+    nb::dict d;
+    d["pdl"] = options.pdl;
+    return d;
+  });
+#ifdef JAX_ARGREDUCE_WITH_CUDA
+  debug.def("device_plan", [](int64_t rows, int64_t cols, const std::string& dtype, bool is_min,
+                              int device) {
+    LaunchPlan plan;
+    cudaError_t err = cudaSetDevice(device);
+    if (err == cudaSuccess) {
+      err = PlanArgReduce(device, CurrentPlanOptions(), FormatFromName(dtype), is_min, rows,
+                          cols, &plan);
+    }
+    if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + cudaGetErrorString(err));
+    return PlanToDict(plan);
+  }, nb::arg("rows"), nb::arg("cols"), nb::arg("dtype"), nb::arg("is_min") = false,
+     nb::arg("device") = 0, "The plan the CUDA handler takes on that device.");
 #endif
 }

@@ -15,6 +15,7 @@
 #define JAX_ARGREDUCE_FFI_ORDER_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define JAX_ARGREDUCE_HD __host__ __device__ __forceinline__
@@ -102,6 +103,28 @@ struct ArgPair {
 template <class Key>
 JAX_ARGREDUCE_HD ArgPair<Key> Combine(ArgPair<Key> a, ArgPair<Key> b) {
   return Better(b.key, b.index, a.key, a.index) ? b : a;
+}
+
+// Bytes of one element of `format`.
+constexpr int FormatBytes(Format format) {
+  return format == Format::kF64 ? 8 : format == Format::kF32 ? 4 : 2;
+}
+
+// The one (format, is_min) dispatch of the project: calls
+// fn(std::integral_constant<Format, F>{}, std::bool_constant<kIsMin>{}) for the runtime pair,
+// so templates are instantiated for every format and both orders in one place.
+template <class Fn>
+decltype(auto) DispatchFormat(Format format, bool is_min, Fn&& fn) {
+  auto with_order = [&](auto format_tag) -> decltype(auto) {
+    return is_min ? fn(format_tag, std::true_type{}) : fn(format_tag, std::false_type{});
+  };
+  switch (format) {
+    case Format::kF16: return with_order(std::integral_constant<Format, Format::kF16>{});
+    case Format::kBF16: return with_order(std::integral_constant<Format, Format::kBF16>{});
+    case Format::kF32: return with_order(std::integral_constant<Format, Format::kF32>{});
+    case Format::kF64: break;
+  }
+  return with_order(std::integral_constant<Format, Format::kF64>{});
 }
 
 }  // namespace jax_argreduce

@@ -1,11 +1,13 @@
-"""jax_argreduce: fast, numpy-exact argmax/argmin for JAX.
+"""jax_argreduce: fast, numpy-exact reductions to an index for JAX.
 
-``argmax``/``argmin`` are drop-ins for ``jnp.argmax``/``jnp.argmin`` that run on XLA FFI
+``argmax``/``argmin`` are drop-ins for ``jnp.argmax``/``jnp.argmin``; ``max_with_index`` /
+``min_with_index`` return the extreme value and its index in one pass; ``categorical`` is a
+fused Gumbel-max sampler (one pass over the logits, noise never materialized). They run on XLA FFI
 handlers: cooperative CUDA kernels on NVIDIA GPUs and a CPU handler elsewhere.
 """
 
-from jax_argreduce._api import argmax, argmin
+from jax_argreduce._api import argmax, argmin, categorical, max_with_index, min_with_index
 from jax_argreduce._ffi import HAS_CUDA
 
-__all__ = ["argmax", "argmin", "HAS_CUDA"]
-__version__ = "0.1.0"
+__all__ = ["argmax", "argmin", "max_with_index", "min_with_index", "categorical", "HAS_CUDA"]
+__version__ = "0.2.0"

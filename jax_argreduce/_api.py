@@ -1,4 +1,8 @@
-"""Public argmax/argmin: validate, normalize the axis, move it last, bind the primitive."""
+"""Public ops: validate, normalize the axis (jnp's rules), move it last, bind the primitive.
+
+``reduce`` is the one entry every public reduction goes through (tests and benchmarks call it
+with ``method=`` to force a path); ``_dispatch`` decides the path, ``_primitives`` binds.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import dtypes
-from jax._src import core
 
-from jax_argreduce import _primitive, _xla
+from jax_argreduce import _dispatch, _primitives, _sharding, _xla
+from jax_argreduce._compat import is_constant_dim
 
-# Float dtypes the FFI handlers take; every other dtype goes to jnp.argmax/argmin, which is
-# already exact for integers and bool and raises for complex exactly as jnp does.
-_HANDLER_DTYPES = frozenset(
-    np.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
-_INT32_MAX = np.iinfo(np.int32).max
+# op -> (is_min, with_value)
+OPS = {
+    "argmax": (False, False),
+    "argmin": (True, False),
+    "max_with_index": (False, True),
+    "min_with_index": (True, True),
+}
 
 
 def _check_arraylike(name: str, x) -> None:
@@ -25,54 +31,104 @@ def _check_arraylike(name: str, x) -> None:
     raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at position 0.")
 
 
-def _argreduce(x, axis, keepdims, *, is_min: bool, method: str = "auto"):
-  name = "argmin" if is_min else "argmax"
-  _check_arraylike(name, x)
-  x = jnp.asarray(x)
-  if x.dtype not in _HANDLER_DTYPES:
-    fallback = jnp.argmin if is_min else jnp.argmax
-    return fallback(x, axis=axis, keepdims=keepdims)
-  index_dtype = dtypes.canonicalize_dtype(np.int64)  # int32 unless jax_enable_x64
+def _normalize_axis(axis, ndim: int) -> int:
+  axis = operator.index(axis)  # TypeError for floats and strings, as numpy and jnp
+  # numpy lets a 0-d input take axis 0 and -1 (it reduces the one element).
+  if not -max(ndim, 1) <= axis < max(ndim, 1):
+    raise np.exceptions.AxisError(axis, ndim)  # an IndexError, as jnp raises
+  return axis % max(ndim, 1)
 
-  if axis is None:
+
+def _fallback(x, axis: int, is_min, with_value):
+  """Dtypes the handlers do not take (ints, bool; complex raises): jnp's own reduction."""
+  indices = (jnp.argmin if is_min else jnp.argmax)(x, axis=axis, keepdims=True)
+  if not with_value:
+    return [indices]
+  return [jnp.take_along_axis(x, indices, axis=axis), indices]
+
+
+def reduce(x, axis=None, keepdims=False, *, op: str = "argmax", method: str = "auto",
+           axis_name=None):
+  """The reduction ``op`` (a key of ``OPS``) of ``x`` along ``axis`` (None: flattened), numpy
+  semantics; ``method`` one of ``_dispatch.METHODS``; ``axis_name``: inside a shard_map, the
+  mesh axis (or tuple of axes) the reduction axis of ``x`` is split over. Returns indices, or
+  (values, indices)."""
+  is_min, with_value = OPS[op]
+  _check_arraylike(op, x)
+  x = jnp.asarray(x)
+  keepdims = bool(keepdims)
+  index_dtype = dtypes.canonicalize_dtype(np.int64)  # int32 unless jax_enable_x64
+  if axis_name is not None and axis is None and x.ndim > 1:
+    raise ValueError(f"{op}: axis_name needs an axis (the one split over {axis_name!r})")
+  if (axis is None and axis_name is None and _dispatch.handles_dtype(x.dtype)
+      and _sharding.needs_two_stage_flatten(x)):
+    # x.reshape(-1) of a sharded type is refused (or would move the data): reduce the rows,
+    # then the per-row pairs (_sharding.flat_reduce).
+    pair_op = "min_with_index" if is_min else "max_with_index"
+    outs = _sharding.flat_reduce(
+        x, lambda v: reduce(v, -1, op=pair_op, method=method),
+        is_min=is_min, with_value=with_value, index_dtype=index_dtype)
+    outs = [o.reshape((1,) * x.ndim if keepdims else ()) for o in outs]
+    return tuple(outs) if with_value else outs[0]
+  if x.ndim == 0:
+    if axis is not None:
+      _normalize_axis(axis, 0)
+    axis, out_shape, x = 0, (), x.reshape(1)
+  elif axis is None:
     out_shape = (1,) * x.ndim if keepdims else ()
-    x = x.reshape(-1)
+    axis, x = 0, x.reshape(-1)
   else:
-    axis = operator.index(axis)  # TypeError for floats and strings, as numpy and jnp
-    if not -x.ndim <= axis < x.ndim:
-      raise np.exceptions.AxisError(axis, x.ndim)  # an IndexError, as jnp raises
-    axis %= x.ndim
+    axis = _normalize_axis(axis, x.ndim)
     out_shape = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1:]
-    if axis != x.ndim - 1:
-      x = _xla.moveaxis_exact(x, axis, -1)
+  if not _dispatch.handles_dtype(x.dtype):
+    outs = _fallback(x, axis, is_min, with_value)
+  else:
+    outs = _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method,
+                             axis_name)
+  outs = [o.reshape(out_shape) for o in outs]
+  return tuple(outs) if with_value else outs[0]
+
+
+def _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method, axis_name=None):
+  if axis != x.ndim - 1:
+    x = _xla.moveaxis_exact(x, axis, -1)
 
   cols = x.shape[-1]
-  if core.is_constant_dim(cols):  # symbolic (jax.export) lengths are checked by the handler
+  if is_constant_dim(cols):  # symbolic (jax.export) lengths are checked by the handler
     if cols == 0:
-      raise ValueError(f"attempt to get {name} of an empty sequence")
+      raise ValueError(f"attempt to get {op} of an empty sequence")
     if cols - 1 > np.iinfo(index_dtype).max:
       raise ValueError(
-          f"{name}: the reduction axis has {cols} elements, more than {index_dtype.name} "
+          f"{op}: the reduction axis has {cols} elements, more than {index_dtype.name} "
           "indices can hold; enable jax_enable_x64 for int64 indices")
-    if cols > _INT32_MAX:
-      method = "xla"  # the handlers index rows with 32-bit positions
-  out = _primitive.argreduce_last_axis(x, is_min=is_min, index_dtype=index_dtype, method=method)
-  return out.reshape(out_shape)
+  if axis_name is not None:  # x is this device's block of a split reduction axis
+    return _sharding.reduce_over_axis_name(x, axis_name, is_min=is_min, with_value=with_value,
+                                           index_dtype=index_dtype, method=method, op=op)
+  return _primitives.argreduce_last_axis(x, is_min=is_min, with_value=with_value,
+                                         index_dtype=index_dtype, method=method)
 
 
-def argmax(x, axis: int | None = None, keepdims: bool = False) -> jax.Array:
-  """Indices of the maximum values along an axis; drop-in for ``jnp.argmax``.
+def _reject_out(name: str, out) -> None:
+  if out is not None:  # as jnp.argmax
+    raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported.")
+
+
+def argmax(a, axis: int | None = None, out: None = None, keepdims: bool | None = None, *,
+           axis_name=None) -> jax.Array:
+  """Indices of the maximum values along an axis; drop-in for ``jnp.argmax`` (same signature).
 
   Args:
-    x: array of any shape. float16, bfloat16, float32 and float64 run on the jax_argreduce
-      FFI handlers (CUDA kernels on GPU, a CPU handler on CPU; on GPU, float32/float64 shapes
-      where XLA's reduction measured faster take an exact XLA path); other dtypes are passed
-      to ``jnp.argmax``.
+    a: array of any shape. float16, bfloat16, float32 and float64 run on the jax_argreduce
+      FFI handlers (CUDA kernels on GPU, a CPU handler on CPU; where XLA's reduction measured
+      faster, an exact XLA path: ``jax_argreduce._dispatch``); other dtypes are passed to
+      ``jnp.argmax``.
     axis: the reduction axis (negative counts from the end), or None for the flattened array.
+      A 0-d input takes 0 and -1, as numpy.
+    out: must be None (as ``jnp.argmax``).
     keepdims: keep the reduced axis as a dimension of size 1.
 
   Returns:
-    Integer array of ``x.shape`` without ``axis`` (all dimensions when ``axis`` is None; size 1
+    Integer array of ``a.shape`` without ``axis`` (all dimensions when ``axis`` is None; size 1
     in their place with ``keepdims``): int32, or int64 when ``jax_enable_x64`` is on, the dtype
     ``jnp.argmax`` returns.
 
@@ -80,20 +136,201 @@ def argmax(x, axis: int | None = None, keepdims: bool = False) -> jax.Array:
     ValueError: the reduction is over an empty axis, or the axis is longer than the index
       dtype can hold.
     IndexError: ``axis`` is out of range (``numpy.exceptions.AxisError``).
-    TypeError: ``x`` is not an array or scalar, or is complex (as ``jnp.argmax``).
+    TypeError: ``a`` is not an array or scalar, or is complex (as ``jnp.argmax``).
+    NotImplementedError: ``out`` is not None (as ``jnp.argmax``).
 
-  Semantics are ``numpy.argmax``'s exactly (README, "Semantics"): ties go to the lowest index,
-  a NaN beats every number (the first NaN wins), -0.0 ties +0.0, subnormals compare exactly
-  (unlike ``jnp.argmax``, which flushes them to zero). Not differentiable: under ``jax.grad``
-  the output has a symbolic zero tangent.
+  Semantics are ``numpy.argmax``'s exactly (SPEC §1; README, "Semantics"): ties go to the
+  lowest index, a NaN beats every number (the first NaN wins), -0.0 ties +0.0, subnormals
+  compare exactly (unlike ``jnp.argmax``, which flushes them to zero). Not differentiable:
+  under ``jax.grad`` the output has a symbolic zero (float0) tangent.
   """
-  return _argreduce(x, axis, keepdims, is_min=False)
+  _reject_out("argmax", out)
+  return reduce(a, axis, keepdims, op="argmax", axis_name=axis_name)
 
 
-def argmin(x, axis: int | None = None, keepdims: bool = False) -> jax.Array:
+def argmin(a, axis: int | None = None, out: None = None, keepdims: bool | None = None, *,
+           axis_name=None) -> jax.Array:
   """Indices of the minimum values along an axis; drop-in for ``jnp.argmin``.
 
   Same arguments, result dtype, errors and semantics as :func:`argmax`, with the minimum in
   place of the maximum. NaN still wins (``numpy.argmin`` returns the first NaN too).
   """
-  return _argreduce(x, axis, keepdims, is_min=True)
+  _reject_out("argmin", out)
+  return reduce(a, axis, keepdims, op="argmin", axis_name=axis_name)
+
+
+def max_with_index(a, axis: int | None = -1, keepdims: bool = False, *, axis_name=None
+                   ) -> tuple[jax.Array, jax.Array]:
+  """The maximum along an axis and its index, in one pass (SPEC §1b).
+
+  Args:
+    a: array of any shape and dtype (the four float formats run on the handlers, as argmax).
+    axis: the reduction axis (default: the last), or None for the flattened array.
+    keepdims: keep the reduced axis as a dimension of size 1 in both results.
+
+  Returns:
+    ``(values, indices)``: ``indices`` exactly ``argmax(a, axis, keepdims=keepdims)``;
+    ``values`` (``a.dtype``, same shape) the element at that index, bit for bit: NaN when the
+    winner is a NaN (the first NaN), the sign of zero of the winning element.
+
+  Raises:
+    The errors of :func:`argmax`.
+
+  Differentiable in ``values`` (its tangent is the input tangent gathered at ``indices``);
+  ``indices`` get a symbolic zero (float0) tangent.
+  """
+  return reduce(a, axis, keepdims, op="max_with_index", axis_name=axis_name)
+
+
+def min_with_index(a, axis: int | None = -1, keepdims: bool = False, *, axis_name=None
+                   ) -> tuple[jax.Array, jax.Array]:
+  """The minimum along an axis and its index, in one pass; see :func:`max_with_index`. A NaN
+  still wins (the first NaN, as ``numpy.argmin``)."""
+  return reduce(a, axis, keepdims, op="min_with_index", axis_name=axis_name)
+
+
+def _fmix32(h):
+  """murmur3's 32-bit finalizer (a bijection of uint32 with good avalanche)."""
+  h = h ^ (h >> 16)
+  h = h * np.uint32(0x85EBCA6B)
+  h = h ^ (h >> 13)
+  h = h * np.uint32(0xC2B2AE35)
+  return h ^ (h >> 16)
+
+
+def _key_bits(key, batch_shape, name: str):
+  """The key's bits as uint32 ``[1] * n + [2]`` (one key) or ``[*batch_shape, 2]`` (one per
+  row: the batch layout, and its sharding, kept), from a typed PRNG key array (any impl:
+  threefry2x32, rbg, unsafe_rbg; wider key data is mixed in) or a raw uint32 key array as
+  ``jax.random`` accepts them (trailing dimension of key data)."""
+  if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    data, key_shape = jax.random.key_data(key), key.shape
+  else:
+    data = jnp.asarray(key)
+    if data.dtype != np.uint32 or data.ndim < 1:
+      raise TypeError(f"{name}: key must be a PRNG key array (jax.random.key) or a raw uint32 "
+                      f"key array, got {data.dtype}{list(data.shape)}")
+    key_shape = data.shape[:-1]
+  data = data.astype(np.uint32)
+  width = data.shape[-1]
+  if width % 2:
+    data = jnp.concatenate([data, jnp.zeros(data.shape[:-1] + (1,), np.uint32)], axis=-1)
+    width += 1
+  # Wider key data (rbg, unsafe_rbg: 4 words, often [a, b, a, b]) is folded in through a
+  # mixing function (murmur3's finalizer), never a plain xor, which would cancel such words.
+  folded = data[..., 0:2]
+  for i in range(2, width, 2):
+    salt = np.uint32((0x9E3779B9 * (i // 2)) & 0xFFFFFFFF)
+    folded = folded ^ _fmix32(data[..., i:i + 2] + salt)
+  if key_shape == ():
+    return folded.reshape((1,) * len(batch_shape) + (2,))
+  if tuple(key_shape) != tuple(batch_shape):
+    raise ValueError(f"{name}: key must have shape () or the logits' batch shape "
+                     f"{tuple(batch_shape)} (one key per row), got {tuple(key_shape)}")
+  return folded
+
+
+def _temperature(temperature, batch_shape, dtype, name: str):
+  """Temperature as ``[1] * n`` (shared) or ``batch_shape`` (per row) of the noise's dtype;
+  negative or NaN raise when concrete."""
+  shared = (1,) * len(batch_shape)
+  if temperature is None:
+    return jnp.ones(shared, dtype)
+  try:  # the value as given (a Python or numpy number stays concrete under jit)
+    concrete = np.asarray(temperature, dtype)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    concrete = None
+  t = jnp.asarray(temperature, dtype)
+  if concrete is not None and (np.any(np.isnan(concrete)) or np.any(concrete < 0)):
+    raise ValueError(f"{name}: temperature must be >= 0 and not NaN")
+  if t.ndim == 0:
+    return t.reshape(shared)
+  try:
+    return jnp.broadcast_to(t, batch_shape)
+  except ValueError as e:
+    raise ValueError(f"{name}: temperature of shape {t.shape} does not broadcast to the rows "
+                     f"{tuple(batch_shape)}") from e
+
+
+def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = "auto",
+                axis_name=None):
+  """Samples one index per row from ``softmax(logits / temperature)``, in one pass (SPEC §1c).
+
+  The fused Gumbel-max trick: the result is the argmax over the row of
+  ``y = logits * (1 / T) + G`` computed in float32 (float64 for float64 logits) with
+  ``G = -log(-log(u))`` from a counter-based generator (Philox-4x32-10 keyed by ``key``,
+  counter = (row, global column)); the noise is never materialized. The sample depends only on
+  (key, row, column, logits, T): not on launch geometry, device, or how the vocab is sharded,
+  and the CPU and CUDA handlers give identical samples. Not the same samples as
+  ``jax.random.categorical`` (another generator), the same distribution.
+
+  Args:
+    key: a PRNG key array (``jax.random.key``; every impl: its key data seeds our generator)
+      or a raw uint32 key (as ``jax.random`` accepts), of shape ``()`` — one key for the call,
+      the row index is part of the counter — or the logits' batch shape (``logits.shape``
+      without ``axis``): one key per row, and a row's sample then does not depend on the batch
+      it sits in (so ``vmap`` over keys and logits equals a loop).
+    logits: unnormalized log-probabilities, any float dtype (ints are converted to float32).
+    axis: the category axis (default: the last).
+    temperature: None (1.0), a scalar, or an array broadcasting to the batch shape. A row with
+      ``T == 0`` (or so small that ``1 / T`` overflows) returns exactly ``argmax`` of that
+      row; infinite logits stay infinite whatever ``T`` (even ``T = inf``). Negative or NaN temperatures raise for
+      concrete values; under ``jit`` (traced) they are not checked: ``T < 0`` samples from
+      ``softmax(logits / T)`` all the same, and a NaN temperature makes every ``y`` NaN, so the
+      row returns 0.
+    axis_name: inside a ``jax.shard_map``, the mesh axis (or tuple of axes, major first) that
+      the category axis is split over: ``logits`` is this device's block of the vocabulary,
+      the noise is keyed by the global column, the blocks' noisy maxima are exchanged once and
+      every device gets the global sample (the same as unsharded). The rows are this call's:
+      with one key, a row's counter is its position in the local ``logits``; pass per-row keys
+      (split like the rows) for samples that do not depend on how the rows are split.
+
+  Returns:
+    Integer array of the batch shape: int32, or int64 when ``jax_enable_x64`` is on (as
+    ``jax.random.categorical``).
+
+  Raises:
+    ValueError: an empty category axis, a key of another shape, a bad temperature.
+    IndexError: ``axis`` out of range.
+    TypeError: ``key`` is not a key array, or complex logits.
+
+  Sharded logits (SPEC §1d): the call is split where the logits are (explicit mesh axes), with
+  no gather: split rows sample locally (one key: the global row is the counter; per-row keys
+  are split with the rows), a split vocabulary samples each block with its global columns and
+  exchanges one ``[rows, shards]`` set of (noisy maximum, index) pairs; samples are identical
+  to unsharded ones. Under Auto mesh axes (XLA decides the split after tracing) XLA gathers
+  the logits for the call (exact; jax_argreduce/_sharding.py): shard with explicit axes or use
+  ``axis_name=`` inside ``shard_map``.
+
+  Semantics: ``-inf`` logits are never drawn unless the whole row is ``-inf`` (then index 0);
+  a NaN logit wins as in ``argmax`` (its y is NaN). The noise lies in [-3.1300, 22.8739]
+  (float32; [-3.8079, 45.0546] for float64), from 32 (64) random bits per column, ``u``
+  strictly inside (0, 1), the upper tail exact. Not differentiable (float0 tangent).
+  """
+  name = "categorical"
+  _check_arraylike(name, logits)
+  logits = jnp.asarray(logits)
+  if jnp.issubdtype(logits.dtype, jnp.complexfloating):
+    raise TypeError(f"{name}: logits must be real, got {logits.dtype}")
+  if not jnp.issubdtype(logits.dtype, jnp.floating):
+    logits = logits.astype(dtypes.canonicalize_dtype(np.float64))
+  if logits.ndim == 0:
+    raise ValueError(f"{name}: logits must have at least one dimension")
+  axis = _normalize_axis(axis, logits.ndim)
+  if axis != logits.ndim - 1:
+    logits = _xla.moveaxis_exact(logits, axis, -1)
+  batch_shape, cols = logits.shape[:-1], logits.shape[-1]
+  if is_constant_dim(cols) and cols == 0:
+    raise ValueError(f"{name}: attempt to sample from an empty set of categories")
+  noise_dtype = np.dtype(np.float64) if logits.dtype == np.float64 else np.dtype(np.float32)
+  keys = _key_bits(key, batch_shape, name)
+  t = _temperature(temperature, batch_shape, noise_dtype, name)
+  index_dtype = dtypes.canonicalize_dtype(np.int64)
+  if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
+    logits = logits.astype(np.float32)
+  if axis_name is not None:  # logits: this device's block of a split vocabulary
+    return _sharding.categorical_over_axis_name(keys, logits, t, axis_name,
+                                                index_dtype=index_dtype, method=method)
+  _, indices = _primitives.categorical_last_axis(
+      keys, logits, t, jnp.zeros((2,), np.int32), index_dtype=index_dtype, method=method)
+  return indices

@@ -1,8 +1,8 @@
 """Loads the compiled module once and registers its FFI targets with XLA.
 
-Every target the module exports (``registrations()``: name -> (platform, capsule)) is
-registered in one loop at import. The CUDA target exists only when the package was built with
-a CUDA compiler; ``HAS_CUDA`` says which.
+Every target the module exports (``registrations()``: (op, platform, name, capsule)) is
+registered in one loop at import; ``target(op, platform)`` gives the name to lower to. The CUDA
+targets exist only when the package was built with a CUDA compiler; ``HAS_CUDA`` says which.
 """
 
 from __future__ import annotations
@@ -11,33 +11,78 @@ import jax
 
 from jax_argreduce import _argreduce
 
-# True when the extension was built with the CUDA handler (nvcc found at build time). It says
-# nothing about a GPU being present: the handler is used only on a CUDA backend.
+# True when the extension was built with the CUDA handlers (nvcc found at build time). It says
+# nothing about a GPU being present: the handlers are used only on a CUDA backend.
 HAS_CUDA: bool = bool(_argreduce.has_cuda)
 
-CPU_TARGET = "jax_argreduce_cpu"
-CUDA_TARGET = "jax_argreduce_cuda"
+# Bytes of XLA workspace every CUDA handler call takes (a constant: any shape, any GPU).
+CUDA_WORKSPACE_BYTES: int = int(_argreduce.cuda_workspace_bytes)
+
+_TARGETS: dict[tuple[str, str], str] = {}
+
+
+# XLA's platform names for the lowering platforms the module reports.
+_XLA_PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
 
 
 def _register_all() -> None:
-  for name, (platform, capsule) in _argreduce.registrations().items():
+  for op, platform, name, capsule in _argreduce.registrations():
     try:
-      jax.ffi.register_ffi_target(name, capsule, platform=platform, api_version=1)
+      jax.ffi.register_ffi_target(name, capsule, platform=_XLA_PLATFORMS[platform],
+                                  api_version=1)
     except Exception as e:  # pragma: no cover - depends on the installed jaxlib
       raise RuntimeError(
           f"jax_argreduce: XLA refused FFI target {name!r} for {platform} ({e}). The extension "
           "must be built against the jaxlib that runs it: reinstall with "
           "`pip install --no-build-isolation .`") from e
+    _TARGETS[(op, platform)] = name
 
 
 _register_all()
 
 
-# Bytes of XLA workspace the CUDA handler takes (a constant: any shape, any GPU).
-CUDA_WORKSPACE_BYTES: int = int(getattr(_argreduce, "cuda_workspace_bytes", 0))
+def target(op: str, platform: str) -> str | None:
+  """The FFI target name of handler ``op`` on ``platform`` ("cpu", "cuda"), or None."""
+  return _TARGETS.get((op, platform))
 
 
-def cuda_launch_plan(rows: int, cols: int, dtype: str, is_min: bool = False) -> dict:
-  """Launch geometry the CUDA handler uses for a [rows, cols] input on the current GPU (for
-  tests and benchmarks). Raises RuntimeError without a usable GPU."""
-  return dict(_argreduce.cuda_launch_plan(int(rows), int(cols), str(dtype), bool(is_min)))
+def all_targets() -> tuple[str, ...]:
+  """Every registered target name (e.g. for ``jax.export`` disabled checks)."""
+  return tuple(_TARGETS.values())
+
+
+# -------------------------------------------------------------------------------------------
+# Debug entries (tests, benchmarks): launch planning and process-wide plan options.
+
+def debug_launch_plan(rows: int, cols: int, dtype, op: str = "argmax", device: int = 0) -> dict:
+  """The launch plan the CUDA handler takes for a [rows, cols] input of ``dtype`` on GPU
+  ``device`` (path team/block/split, team, parts, grid, block, pdl, ...). Raises RuntimeError without a GPU
+  or a CUDA build."""
+  if not HAS_CUDA:
+    raise RuntimeError("jax_argreduce was built without the CUDA handlers")
+  import numpy as np
+  return dict(_argreduce.debug.device_plan(int(rows), int(cols), np.dtype(dtype).name,
+                                           op in ("argmin", "min_with_index"), int(device)))
+
+
+def debug_plan(rows: int, cols: int, elem_bytes: int, *, sms: int, cc_major: int,
+               team_blocks_per_sm: int, block_blocks_per_sm: int, split_blocks_per_sm: int,
+               key_bytes: int | None = None, pdl: bool | None = None) -> dict:
+  """The pure launch planner on made-up device capabilities (runs without a GPU)."""
+  if key_bytes is None:
+    key_bytes = 8 if elem_bytes == 8 else 4
+  return dict(_argreduce.debug.plan(int(rows), int(cols), int(elem_bytes), int(key_bytes),
+                                    int(sms), int(cc_major), int(team_blocks_per_sm),
+                                    int(block_blocks_per_sm), int(split_blocks_per_sm), pdl))
+
+
+def debug_set_plan_options(*, pdl: bool | None = None) -> dict:
+  """Sets process-wide plan options (None keeps one); effective at the next CUDA handler call
+  (an executable XLA already captured in a CUDA graph replays the launches it captured).
+  Returns the options now in force."""
+  _argreduce.debug.set_plan_options(pdl)
+  return dict(_argreduce.debug.plan_options())
+
+
+def debug_plan_options() -> dict:
+  return dict(_argreduce.debug.plan_options())

@@ -1,8 +1,7 @@
 """The XLA (jnp) path: argmax/argmin of the last axis through an order-preserving integer key.
 
-Used on GPU where XLA's own reduction measured faster than the kernels (float32/float64 with
-more than 8 rows and more than 64 columns), for rows longer than INT32_MAX, and on platforms
-without a handler.
+Taken where ``_dispatch.route`` says so: on GPU where XLA's own reduction measured faster than
+the kernels, for rows longer than INT32_MAX, and on platforms without a handler.
 ``jnp.argmax`` on floats flushes subnormals to zero (jax issue 24281), so instead the floats are
 bitcast to the same integer keys as ``ffi/order.h`` (exact for subnormals, -0 == +0,
 every NaN largest for argmax and argmin alike) and XLA takes the integer argmax, whose ties go
@@ -36,9 +35,27 @@ def ordered_key(x, is_min: bool):
   return jnp.where(magnitude > key_dtype(inf_bits), key_dtype(max_key), signed)
 
 
-def argreduce_last_axis(x, *, is_min: bool, index_dtype):
+def xla_argreduce(x, *, is_min: bool, index_dtype):
   """Index of the max (``is_min``: min) of ``x`` along its last axis, numpy semantics."""
   return lax.argmax(ordered_key(x, is_min), x.ndim - 1, index_dtype)
+
+
+def xla_max_with_index(x, *, is_min: bool, index_dtype):
+  """(value, index) of the max (min) of ``x`` along its last axis: the element at the index,
+  bit for bit (a gather, not a second reduction)."""
+  indices = xla_argreduce(x, is_min=is_min, index_dtype=index_dtype)
+  # Gathered as bits: XLA may canonicalize NaN payloads when it moves 16-bit floats.
+  bits_dtype = _FORMATS[np.dtype(x.dtype)][0]
+  # A plain gather of (row, index) pairs: jnp.take_along_axis would normalize negative indices
+  # with the axis length as an index-dtype constant, which overflows for 2^31 columns.
+  bits = lax.bitcast_convert_type(x, bits_dtype).reshape(-1, x.shape[-1])
+  rows = lax.broadcasted_iota(indices.dtype, (bits.shape[0],), 0)
+  values = lax.gather(
+      bits, jnp.stack([rows, indices.reshape(-1)], axis=-1),
+      lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0, 1),
+                                 start_index_map=(0, 1)),
+      slice_sizes=(1, 1), mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+  return lax.bitcast_convert_type(values.reshape(indices.shape), x.dtype), indices
 
 
 def moveaxis_exact(x, source: int, destination: int):

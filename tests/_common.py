@@ -1,28 +1,38 @@
-"""Helpers shared by the CPU test modules: the ops under test and their references."""
+"""Helpers shared by the CPU test modules: the ops under test, by name and by forced path.
+
+The numpy reference lives in ``reference.py``; the jnp counterpart of each op is what its
+errors and result dtypes are compared with.
+"""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
-import ml_dtypes
-import numpy as np
 
-from jax_argreduce import argmax, argmin
-from jax_argreduce._api import _argreduce
+import jax_argreduce
+import reference
+from jax_argreduce import _api
+from reference import np_dtype  # noqa: F401  (re-exported)
 
-# op -> (ours, numpy reference, jnp)
-OPS = {"argmax": (argmax, np.argmax, jnp.argmax), "argmin": (argmin, np.argmin, jnp.argmin)}
+# Paths a test can force: the public function, or _api.reduce with method "kernel" / "xla".
 METHODS = ("public", "kernel", "xla")
 FLOATS = ("float16", "bfloat16", "float32")
+ALL_OPS = reference.OPS
+
+# op -> (ours, numpy reference, jnp) for argmax / argmin.
+OPS = {op: (getattr(jax_argreduce, op), reference.REFERENCE[op], getattr(jnp, op))
+       for op in reference.ARG_OPS}
 
 
-def np_dtype(name):
-  return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+def jnp_like(op):
+  """The jnp function whose errors and index dtype ``op`` must reproduce."""
+  return getattr(jnp, {"max_with_index": "argmax", "min_with_index": "argmin"}.get(op, op))
 
 
 def op_fn(op, method):
-  """argmax/argmin through the public function or one forced path."""
+  """``op`` (any of ALL_OPS) through the public function or one forced path:
+  ``fn(x, axis=None, keepdims=False)``."""
   if method == "public":
-    return OPS[op][0]
-  is_min = op == "argmin"
-  return lambda x, axis=None, keepdims=False: _argreduce(
-      x, axis, keepdims, is_min=is_min, method=method)
+    public = getattr(jax_argreduce, op)
+    return lambda x, axis=None, keepdims=False: public(x, axis=axis, keepdims=keepdims)
+  return lambda x, axis=None, keepdims=False: _api.reduce(x, axis, keepdims, op=op,
+                                                          method=method)

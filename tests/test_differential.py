@@ -1,11 +1,13 @@
-"""Differential test: argmax/argmin against numpy on >= 10,000 seeded random cases.
+"""Differential test: the four ops against numpy on >= 10,000 seeded random cases.
 
-Every case (one input array, one axis, one keepdims) is compared, for argmax and argmin, through
-the CPU FFI handler (``method="kernel"``), the integer-key XLA path (``method="xla"``) and the
-public functions, against ``np.argmax``/``np.argmin``: values, shape, and the dtype ``jnp.argmax``
-returns. Compilation dominates, so a limited set of (shape, dtype, axis, keepdims) combinations
-is reused with many fresh random fills; the fills inject NaNs (any sign/payload), ±inf, ±0,
-subnormals, ties, rows of the lowest finite value and rows of -inf, built from bit patterns.
+Every case (one input array, one axis, one keepdims) is compared, for argmax, argmin,
+max_with_index and min_with_index, through the CPU FFI handler (``method="kernel"``), the
+integer-key XLA path (``method="xla"``) and the public functions, against the numpy reference
+(``reference.py``): indices by value, ``max_with_index`` values bit for bit (NaN payloads, the
+sign of zero), shapes, and the dtypes ``jnp.argmax`` returns. Compilation dominates, so a
+limited set of (shape, dtype, axis, keepdims) combinations is reused with many fresh random
+fills (``reference.FILLS``: NaNs of any sign/payload, ±inf, ±0, subnormals, ties, rows of the
+lowest finite value and of -inf, built from bit patterns).
 
 Seed: ``JAX_ARGREDUCE_TEST_SEED`` (default below); ``JAX_ARGREDUCE_TEST_CASES`` scales the
 number of cases per dtype.
@@ -23,192 +25,25 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jax_argreduce import argmax, argmin
-from jax_argreduce._api import _argreduce
+import jax_argreduce
+import reference
+from jax_argreduce import _api, _ffi
+from reference import FILLS, Fmt, make_input
 
 SEED = int(os.environ.get("JAX_ARGREDUCE_TEST_SEED", "271828"))
 MIN_CASES = 10_000
 CASES_PER_DTYPE = max(int(os.environ.get("JAX_ARGREDUCE_TEST_CASES", "2560")), 2560)
-DTYPES = ("float16", "bfloat16", "float32", "float64")
+DTYPES = reference.DTYPES
+OPS = reference.OPS
+PATHS = ("public", "kernel", "xla")
 WIDE_FILLS = 3          # fills per wide (200k-300k) combination
-JIT_EVERY = 5           # every JIT_EVERY-th combination also runs under jax.jit
-JIT_FILLS = 3           # ... on its first JIT_FILLS fills
+# Compilation dominates: every combination runs all 12 results (3 paths x 4 ops) in one jitted
+# program on every fill; every EAGER_EVERY-th combination also calls each op eagerly (one
+# compilation per op and path) on every fill.
+EAGER_EVERY = 8
 MAX_SMALL_ELEMENTS = 24_000
 
 _CASES: dict[str, int] = {}  # dtype -> cases compared (filled in by test_against_numpy)
-
-
-# ----------------------------------------------------------------------------- float formats
-
-class Fmt:
-  """Bit layout of a float dtype; special values are built from bit patterns."""
-
-  def __init__(self, name: str):
-    self.name = name
-    self.dtype = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-    self.nbits = 8 * self.dtype.itemsize
-    self.ubits = np.dtype(f"uint{self.nbits}")
-    self.mant = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}[name]
-    one = self.ubits.type(1)
-    self.sign = one << self.ubits.type(self.nbits - 1)
-    self.mant_mask = (one << self.ubits.type(self.mant)) - one
-    self.inf = (self.sign - one) ^ self.mant_mask       # exponent all ones, mantissa 0
-    self.qnan = self.inf | (one << self.ubits.type(self.mant - 1))
-    self.max_finite = (self.inf - one)                    # largest finite magnitude
-    self.min_normal = self.mant_mask + one
-
-  def u(self, v):
-    return np.asarray(v, dtype=self.ubits)
-
-  def view(self, bits):
-    return np.asarray(bits, dtype=self.ubits).view(self.dtype)
-
-  def from_float(self, values):
-    return np.asarray(values).astype(self.dtype).view(self.ubits)
-
-  def random_sign(self, rng, shape):
-    return np.where(rng.random(shape) < 0.5, self.sign, self.ubits.type(0)).astype(self.ubits)
-
-  def nans(self, rng, shape):
-    """Quiet and signalling NaNs of both signs with random payloads."""
-    payload = rng.integers(1, int(self.mant_mask) + 1, size=shape, dtype=np.uint64)
-    payload = payload.astype(self.ubits)
-    kind = rng.integers(0, 3, size=shape)
-    bits = np.where(kind == 0, self.qnan, self.inf | payload).astype(self.ubits)
-    return bits | self.random_sign(rng, shape)
-
-  def subnormals(self, rng, shape, max_mantissa=None):
-    hi = int(self.mant_mask) if max_mantissa is None else max_mantissa
-    mant = rng.integers(1, hi + 1, size=shape, dtype=np.uint64).astype(self.ubits)
-    return mant | self.random_sign(rng, shape)
-
-  def palette(self):
-    """Every kind of special value, as bits."""
-    z = self.ubits.type(0)
-    one = self.from_float(np.float32(1.0))[()]
-    vals = [z, self.sign, self.inf, self.inf | self.sign, self.qnan, self.qnan | self.sign,
-            self.ubits.type(1), self.ubits.type(1) | self.sign,            # ± smallest subnormal
-            self.ubits.type(2), self.mant_mask, self.mant_mask | self.sign,  # largest subnormal
-            self.min_normal, self.min_normal | self.sign,
-            self.max_finite, self.max_finite | self.sign,                  # max / lowest
-            one, one | self.sign]
-    return self.u(vals)
-
-
-# ----------------------------------------------------------------------------- row fills
-# Each fill takes (fmt, rng, m, cols) and returns [m, cols] bits.
-
-def _normal(f, rng, m, cols):
-  scale = 10.0 ** rng.integers(-3, 4)
-  return f.from_float(rng.standard_normal((m, cols)) * scale)
-
-
-def _small_ints(f, rng, m, cols):  # the max repeated at several positions
-  return f.from_float(rng.integers(-3, 4, size=(m, cols)).astype(np.float32))
-
-
-def _all_equal(f, rng, m, cols):
-  row = _normal(f, rng, m, 1)
-  return np.repeat(row, cols, axis=1)
-
-
-def _one_nan(f, rng, m, cols):
-  b = _normal(f, rng, m, cols)
-  b[np.arange(m), rng.integers(0, cols, size=m)] = f.nans(rng, m)
-  return b
-
-
-def _several_nans(f, rng, m, cols):
-  b = _normal(f, rng, m, cols) if rng.random() < 0.5 else _palette(f, rng, m, cols)
-  mask = rng.random((m, cols)) < rng.uniform(0.01, 0.5)
-  b[mask] = f.nans(rng, int(mask.sum()))
-  return b
-
-
-def _all_nan(f, rng, m, cols):
-  return f.nans(rng, (m, cols))
-
-
-def _infs(f, rng, m, cols):
-  b = _normal(f, rng, m, cols)
-  mask = rng.random((m, cols)) < rng.uniform(0.05, 0.6)
-  b[mask] = f.inf | f.random_sign(rng, int(mask.sum()))
-  return b
-
-
-def _all_neg_inf(f, rng, m, cols):
-  return np.full((m, cols), f.inf | f.sign, dtype=f.ubits)
-
-
-def _all_pos_inf(f, rng, m, cols):
-  return np.full((m, cols), f.inf, dtype=f.ubits)
-
-
-def _signed_zeros(f, rng, m, cols):
-  b = f.random_sign(rng, (m, cols))  # only +0 / -0
-  if rng.random() < 0.5:             # plus values of one sign: a zero is the max or the min
-    mask = rng.random((m, cols)) < 0.5
-    sign = f.sign if rng.random() < 0.5 else f.ubits.type(0)
-    b[mask] = _normal(f, rng, 1, int(mask.sum()))[0] & ~f.sign | sign
-  return b
-
-
-def _subnormals(f, rng, m, cols):
-  b = f.subnormals(rng, (m, cols))
-  mask = rng.random((m, cols)) < 0.2
-  b[mask] = f.random_sign(rng, int(mask.sum()))  # ±0 among them
-  return b
-
-
-def _tiny_subnormals(f, rng, m, cols):  # k * smallest subnormal, k small: close values, ties
-  return f.subnormals(rng, (m, cols), max_mantissa=int(rng.integers(1, 6)))
-
-
-def _lowest(f, rng, m, cols):
-  return np.full((m, cols), f.max_finite | f.sign, dtype=f.ubits)
-
-
-def _lowest_and_neg_inf(f, rng, m, cols):
-  b = np.full((m, cols), f.max_finite | f.sign, dtype=f.ubits)
-  b[rng.random((m, cols)) < 0.5] = f.inf | f.sign
-  return b
-
-
-def _random_bits(f, rng, m, cols):
-  return rng.integers(0, 2 ** f.nbits, size=(m, cols), dtype=np.uint64).astype(f.ubits)
-
-
-def _palette(f, rng, m, cols):
-  p = f.palette()
-  return p[rng.integers(0, len(p), size=(m, cols))]
-
-
-FILLS = (_normal, _small_ints, _all_equal, _one_nan, _several_nans, _all_nan, _infs,
-         _all_neg_inf, _all_pos_inf, _signed_zeros, _subnormals, _tiny_subnormals, _lowest,
-         _lowest_and_neg_inf, _random_bits, _palette)
-
-
-def make_input(f: Fmt, rng, shape, axis):
-  """Random array of ``shape``; every row along ``axis`` (the whole array if None) gets a fill."""
-  if axis is None:
-    rows, cols = 1, math.prod(shape)
-  else:
-    cols = shape[axis]
-    rows = math.prod(shape) // cols
-  if rng.random() < 0.4:  # one fill for the whole case, else one per row
-    kinds = np.full(rows, rng.integers(0, len(FILLS)))
-  else:
-    kinds = rng.integers(0, len(FILLS), size=rows)
-  bits = np.empty((rows, cols), dtype=f.ubits)
-  for k in np.unique(kinds):
-    idx = np.nonzero(kinds == k)[0]
-    bits[idx] = FILLS[k](f, rng, len(idx), cols)
-  x = f.view(bits)
-  if axis is None:
-    return x.reshape(shape)
-  axis %= len(shape)
-  moved = shape[:axis] + shape[axis + 1:] + (cols,)
-  return np.moveaxis(x.reshape(moved), -1, axis)
 
 
 # ----------------------------------------------------------------------------- combinations
@@ -265,19 +100,11 @@ def combinations(dtype_index: int):
   return out
 
 
-# ----------------------------------------------------------------------------- reference
-
-def reference(x: np.ndarray, axis, keepdims, is_min):
-  """numpy's answer; bfloat16 on its exact float32 widening (see test_bfloat16_reference)."""
-  if x.dtype == np.dtype(ml_dtypes.bfloat16):
-    x = x.astype(np.float32)
-  fn = np.argmin if is_min else np.argmax
-  return fn(x, axis=axis, keepdims=keepdims)
-
+# ----------------------------------------------------------------------------- tests
 
 def _describe_rows(x, axis, got, want, limit=3):
-  """The first differing rows of a mismatch, as hex bits (for the failure message)."""
-  f_bits = np.dtype(f"uint{8 * x.dtype.itemsize}")
+  """The first differing rows of an index mismatch, as hex bits (for the failure message)."""
+  f_bits = reference.bits_dtype(x.dtype)
   rows = np.moveaxis(x, axis, -1).reshape(-1, x.shape[axis]) if axis is not None \
       else x.reshape(1, -1)
   got, want = np.asarray(got).reshape(-1), np.asarray(want).reshape(-1)
@@ -290,26 +117,34 @@ def _describe_rows(x, axis, got, want, limit=3):
   return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- tests
-
 def _fns(axis, keepdims):
-  """name -> (fn(x, is_min)) for the three paths."""
-  return {
-      "kernel": lambda v, is_min: _argreduce(v, axis, keepdims, is_min=is_min, method="kernel"),
-      "xla": lambda v, is_min: _argreduce(v, axis, keepdims, is_min=is_min, method="xla"),
-      "public": lambda v, is_min: (argmin if is_min else argmax)(v, axis=axis, keepdims=keepdims),
-  }
+  """(path, op) -> fn(x) for the three paths and the four ops."""
+  def make(path, op):
+    if path == "public":
+      public = getattr(jax_argreduce, op)
+      return lambda v: public(v, axis=axis, keepdims=keepdims)
+    return lambda v: _api.reduce(v, axis, keepdims, op=op, method=path)
+  return {(path, op): make(path, op) for path in PATHS for op in OPS}
 
 
 def _jitted(axis, keepdims):
-  """One jitted program computing all six results (3 paths x argmax/argmin)."""
+  """One jitted program computing all twelve results (3 paths x 4 ops)."""
   fns = _fns(axis, keepdims)
+  return jax.jit(lambda v: {key: fn(v) for key, fn in fns.items()})
 
-  @jax.jit
-  def run(v):
-    return {(name, is_min): fn(v, is_min) for name, fn in fns.items() for is_min in (False, True)}
 
-  return run
+def _problem(op, got, want, want_aval, x, axis):
+  """None, or what is wrong with one result."""
+  got_i = got[1] if reference.with_value(op) else got
+  want_i = want[1] if reference.with_value(op) else want
+  if got_i.dtype != want_aval.dtype:
+    return f"index dtype {got_i.dtype}, want {want_aval.dtype}"
+  if got_i.shape != want_aval.shape:
+    return f"shape {got_i.shape}, want {want_aval.shape} (jnp)"
+  problem = reference.mismatch(got, want, op=op)
+  if problem is not None and problem.startswith(("indices differ", "indices: indices differ")):
+    problem += "\n" + _describe_rows(x, axis, np.asarray(got_i), want_i)
+  return problem
 
 
 @pytest.mark.parametrize("dtype_index", range(len(DTYPES)), ids=DTYPES)
@@ -331,31 +166,23 @@ def test_against_numpy(dtype_index, x64):
       want_aval = jax.eval_shape(
           functools.partial(jnp.argmax, axis=axis, keepdims=keepdims),
           jax.ShapeDtypeStruct(shape, f.dtype))
-      fns = _fns(axis, keepdims)
-      jitted = _jitted(axis, keepdims) if ci % JIT_EVERY == 0 else None
+      eager = _fns(axis, keepdims) if ci % EAGER_EVERY == 0 else {}
+      jitted = _jitted(axis, keepdims)
       for fi in range(WIDE_FILLS if wide else small_fills):
         x = make_input(f, rng, shape, axis)
         xj = jnp.asarray(x)
         assert xj.dtype == f.dtype
-        results = {(name, is_min): fn(xj, is_min)
-                   for name, fn in fns.items() for is_min in (False, True)}
-        if jitted is not None and fi < JIT_FILLS:
-          results.update({(f"jit-{name}", is_min): r for (name, is_min), r in jitted(xj).items()})
-        for (name, is_min), got in results.items():
-          want = reference(x, axis, keepdims, is_min)
+        results = {(f"jit-{path}", op): r for (path, op), r in jitted(xj).items()}
+        results.update({key: fn(xj) for key, fn in eager.items()})
+        results = jax.device_get(results)
+        wants = {op: reference.argreduce(x, axis, keepdims, op=op) for op in OPS}
+        for (path, op), got in results.items():
           comparisons += 1
-          problem = None
-          if got.dtype != want_aval.dtype:
-            problem = f"dtype {got.dtype}, want {want_aval.dtype}"
-          elif got.shape != want.shape or got.shape != want_aval.shape:
-            problem = f"shape {got.shape}, want {want.shape} (jnp: {want_aval.shape})"
-          elif not np.array_equal(np.asarray(got), want):
-            problem = "values differ\n" + _describe_rows(x, axis, np.asarray(got), want)
+          problem = _problem(op, got, wants[op], want_aval, x, axis)
           if problem is not None and len(failures) < 20:
             failures.append(
-                f"  {'argmin' if is_min else 'argmax'} via {name}: {dtype}{list(shape)} "
-                f"axis={axis} keepdims={keepdims} x64={use_x64} (combination {ci}, fill {fi}, "
-                f"seed {SEED}): {problem}")
+                f"  {op} via {path}: {dtype}{list(shape)} axis={axis} keepdims={keepdims} "
+                f"x64={use_x64} (combination {ci}, fill {fi}, seed {SEED}): {problem}")
         cases += 1
 
   _CASES[dtype] = cases
@@ -378,6 +205,7 @@ def test_case_count():
 
 def test_fills_cover_special_values():
   """The generator really injects what it claims (so the differential test can catch them)."""
+  r = reference
   for i, dtype in enumerate(DTYPES):
     f = Fmt(dtype)
     rng = np.random.default_rng([SEED, i, 3])
@@ -387,20 +215,50 @@ def test_fills_cover_special_values():
     def x(fill):
       with np.errstate(invalid="ignore"):  # casting signalling NaNs
         return f.view(fill(f, rng, 8, 50)).astype(np.float64)
-    assert np.isnan(x(_all_nan)).all()
-    assert (np.isnan(x(_one_nan)).sum(axis=1) >= 1).all()
-    assert (x(_all_neg_inf) == -np.inf).all()
-    assert (x(_lowest) == float(ml_dtypes.finfo(f.dtype).min)).all()
-    sub = x(_subnormals)
+    assert np.isnan(x(r._all_nan)).all()
+    assert (np.isnan(x(r._one_nan)).sum(axis=1) >= 1).all()
+    assert (np.isnan(x(r._few_nans)).sum(axis=1) >= 1).all()
+    nan_bits = r._all_nan(f, rng, 64, 64)
+    assert len(np.unique(nan_bits)) > 10 and (nan_bits & f.sign).any()  # payloads, both signs
+    assert (x(r._all_neg_inf) == -np.inf).all()
+    assert (x(r._lowest) == float(ml_dtypes.finfo(f.dtype).min)).all()
+    ties = x(r._planted_ties)
+    assert ((ties == ties.max(axis=1, keepdims=True)).sum(axis=1) >= 2).any()
+    sub = x(r._subnormals)
     tiny = float(ml_dtypes.finfo(f.dtype).smallest_normal)
     assert ((np.abs(sub) < tiny)).all() and (sub != 0).any()
-    z = x(_signed_zeros)
+    z = x(r._signed_zeros)
     assert (np.signbit(z) & (z == 0)).any() and (~np.signbit(z) & (z == 0)).any()
     pal = f.view(f.palette()).astype(np.float64)
     assert np.isnan(pal).any() and np.isposinf(pal).any() and np.isneginf(pal).any()
   # numpy (the reference) must itself see subnormals in this process (no flush-to-zero).
   assert np.argmax(np.array([1e-45, 3e-45, 2e-45], np.float32)) == 1
   assert np.argmin(np.array([-1e-45, -3e-45, -2e-45], np.float32)) == 1
+
+
+def test_reference_with_index_is_the_element_at_the_index():
+  """The reference's values are the element at numpy's index, bit for bit."""
+  nan_payload = np.array(0x7FC00123, np.uint32).view(np.float32)
+  neg_nan = np.array(0xFFA00001, np.uint32).view(np.float32)
+  x = np.array([[1.0, -0.0, 0.0, -1.0], [-0.0, 0.0, -0.0, 0.0], [3.0, nan_payload, neg_nan, 9]],
+               np.float32)
+  v, i = reference.max_with_index(x)
+  np.testing.assert_array_equal(i, [0, 0, 1])
+  np.testing.assert_array_equal(v.view(np.uint32), [0x3F800000, 0x80000000, 0x7FC00123])
+  v, i = reference.min_with_index(x)
+  np.testing.assert_array_equal(i, [3, 0, 1])
+  np.testing.assert_array_equal(v.view(np.uint32), [0xBF800000, 0x80000000, 0x7FC00123])
+  for axis, keepdims in [(None, False), (None, True), (0, False), (0, True), (-1, True)]:
+    v, i = reference.max_with_index(x, axis=axis, keepdims=keepdims)
+    assert v.shape == i.shape == np.argmax(x, axis=axis, keepdims=keepdims).shape
+  v, i = reference.max_with_index(np.float32(2.5), axis=0)
+  assert (v, i) == (np.float32(2.5), 0)
+  bf = np.array([[0x8000, 0x0000, 0x7FC1]], np.uint16).view(ml_dtypes.bfloat16)
+  v, i = reference.max_with_index(bf)
+  assert i[0] == 2 and v.view(np.uint16)[0] == 0x7FC1
+  assert reference.mismatch((v, i), (v, i), op="max_with_index") is None
+  other = np.array([0x7FC2], np.uint16).view(ml_dtypes.bfloat16)
+  assert "bits" in reference.mismatch((other, i), (v, i), op="max_with_index")
 
 
 def test_make_input_places_fills_along_axis():
@@ -436,27 +294,35 @@ def test_bfloat16_reference():
     assert np.array_equal(np.argmin(x, axis=axis), np.argmin(x.astype(np.float32), axis=axis))
 
 
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("method,has_custom_call", [("kernel", True), ("auto", True),
                                                      ("xla", False)])
-def test_methods_take_distinct_paths(method, has_custom_call):
-  """On CPU "kernel"/"auto" lower to the FFI handler and "xla" does not (so the differential
-  test really compares two implementations)."""
-  fn = jax.jit(lambda v: _argreduce(v, -1, False, is_min=False, method=method))
+def test_methods_take_distinct_paths(op, method, has_custom_call):
+  """On CPU "kernel"/"auto" lower to the op's FFI handler and "xla" does not (so the
+  differential test really compares two implementations)."""
+  fn = jax.jit(lambda v: _api.reduce(v, -1, False, op=op, method=method))
   text = fn.lower(jax.ShapeDtypeStruct((4, 100), jnp.float32)).as_text()
-  assert ("jax_argreduce_cpu" in text) == has_custom_call
+  handler = _ffi.target("max_with_index" if reference.with_value(op) else "argreduce", "cpu")
+  assert handler is not None
+  assert (handler in text) == has_custom_call
+  assert not any(t in text for t in _ffi.all_targets() if t != handler)
 
 
-@pytest.mark.parametrize("method,jit", [
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("path,jit", [
     ("kernel", False), ("kernel", True), ("xla", False), ("xla", True), ("public", False),
     ("public", True),
 ])
 @pytest.mark.parametrize("shape,axis", [((3, 9, 4, 1), 1), ((100, 9, 4, 1), 1), ((5, 2, 9, 1), 0)])
-def test_bfloat16_subnormals_non_last_axis(method, jit, shape, axis):
+def test_bfloat16_subnormals_non_last_axis(op, path, jit, shape, axis):
   """Regression: XLA's CPU transpose of bfloat16 flushed subnormals when the reduction axis
   was moved last (found by the generator with seed 98765), and under jit XLA folded a bitcast
   workaround back into that transpose; the bits now move behind an optimization barrier."""
   rng = np.random.default_rng(5)
-  x = rng.integers(1, 0x80, size=shape).astype(np.uint16).view(ml_dtypes.bfloat16)  # subnormals
-  fn = functools.partial(_fns(axis, False)[method], is_min=False)
-  got = np.asarray((jax.jit(fn) if jit else fn)(jnp.asarray(x)))
-  np.testing.assert_array_equal(got, reference(x, axis, False, False))
+  bits = rng.integers(1, 0x80, size=shape).astype(np.uint16)  # subnormals
+  bits[..., 1, :, :] |= np.uint16(0x8000)  # negative ones too
+  x = bits.view(ml_dtypes.bfloat16)
+  fn = _fns(axis, False)[(path, op)]
+  got = (jax.jit(fn) if jit else fn)(jnp.asarray(x))
+  reference.assert_matches(jax.device_get(got), reference.argreduce(x, axis, False, op=op),
+                           op=op)

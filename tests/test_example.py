@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import pathlib
 import re
@@ -44,9 +45,19 @@ def test_greedy_compare_cli(sample, capsys):
   assert sample.main(SMALL + ["--mode", "greedy", "--compare"]) == 0
   out = capsys.readouterr().out
   assert "greedy tokens identical to jnp.argmax: yes (15 tokens)" in out
-  assert re.search(r"^jax_argreduce\.argmax: [\d,]+ tokens/s, [\d.]+ ms/step", out, re.M)
-  assert re.search(r"^jnp\.argmax: [\d,]+ tokens/s, [\d.]+ ms/step", out, re.M)
+  for name in (r"jax_argreduce\.argmax", r"jnp\.argmax"):
+    m = re.search(rf"^{name}: ([\d,]+) tokens/s, ([\d.]+) ms/step \(wall, median", out, re.M)
+    assert m, out
+    # Issue 13: tokens/s and ms/step both from the median step (batch 3).
+    tokens_per_s, ms = float(m.group(1).replace(",", "")), float(m.group(2))
+    assert tokens_per_s == pytest.approx(3e3 / ms, rel=0.01, abs=1)
   assert len(re.findall(r"^  seq \d+: \d+( \d+)*$", out, re.M)) == 3
+  # The device time per step from a short profiler trace (CPU executor events off-GPU).
+  m = re.search(r"^device span per step \(profiler trace, median of 5 steps, (.*?)\): "
+                r"jax_argreduce\.argmax ([\d.]+) µs, jnp\.argmax ([\d.]+) µs; "
+                r"ours - reference ([-+][\d.]+) µs \(([\d.]+)x\)$", out, re.M)
+  assert m, out
+  assert float(m.group(2)) > 0 and float(m.group(3)) > 0
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -54,7 +65,7 @@ def test_greedy_tokens_equal_jnp_argmax(sample, dtype):
   cfg = _small_config(sample, dtype)
   params = sample.init_params(cfg, seed=1)
   runs = [sample.generate(cfg, batch=3, prompt_len=4, steps=6, seed=1, params=params,
-                          argmax_fn=fn) for fn in (jax_argreduce.argmax, jnp.argmax)]
+                          picker=p) for p in (sample.OURS, sample.REFERENCE)]
   ours, ref = (r.tokens for r in runs)
   assert ours.shape == (3, 6) and ours.dtype == np.int32
   assert ((0 <= ours) & (ours < cfg.vocab)).all()
@@ -72,6 +83,73 @@ def test_sample_reproducible(sample, capsys):
   assert sample.main(SMALL + ["--mode", "sample", "--temperature", "0.8", "--seed", "5"]) == 0
   out = capsys.readouterr().out
   assert "mode sample, temperature 0.8, seed 5" in out
+
+
+def test_sample_compare_cli_checks_distribution(sample, capsys):
+  assert sample.main(SMALL + ["--mode", "sample", "--temperature", "0.8", "--compare",
+                              "--check-draws", "1024", "--trace-steps", "2"]) == 0
+  out = capsys.readouterr().out
+  m = re.search(r"^sampling check: 1024 draws per sampler .* chi-square fails above ([\d.]+) "
+                r"\(df (\d+), p < 0.0001\)$", out, re.M)
+  assert m, out
+  assert float(m.group(1)) == pytest.approx(sample.chi2_threshold(int(m.group(2))), abs=0.05)
+  for name in (sample.OURS.sample_name, "jax.random.categorical"):
+    assert re.search(rf"^  {re.escape(name)}: chi2 [\d.]+, total variation [\d.]+: pass$",
+                     out, re.M), out
+  assert "identical to jnp.argmax" not in out  # sampled tokens are not compared by index
+  assert re.search(r"^device span per step \(profiler trace, median of 2 steps", out, re.M)
+
+
+def test_chi2_threshold_matches_table(sample):
+  # chi-square quantiles 1 - 1e-4 (scipy.stats.chi2.ppf): df 15, 31, 63.
+  for df, exact in [(15, 44.263), (31, 69.106), (63, 113.505)]:
+    assert sample.chi2_threshold(df) == pytest.approx(exact, rel=0.01)
+
+
+def test_equal_mass_bins(sample):
+  rng = np.random.default_rng(0)
+  for logits in (rng.standard_normal(5000), np.r_[5.0, rng.standard_normal(999)],
+                 np.r_[np.full(3, 5.0), np.full(997, -np.inf)]):
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    bins, mass = sample.equal_mass_bins(p, 16, 1000)
+    assert bins.shape == p.shape and mass.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(np.bincount(bins, weights=p), mass)
+    assert (mass * 1000 >= 5).all() and len(mass) >= 2
+
+
+def test_distribution_check_rejects_wrong_samplers(sample):
+  row = np.asarray(jax.random.normal(jax.random.key(3), (500,))) * 2.0
+  good = sample.sample_jax_random
+  hot = lambda k, x, t: sample.sample_jax_random(k, x, 2.0 * t)   # wrong temperature
+  flat = lambda k, x, t: jax.vmap(lambda kk: jax.random.randint(kk, (), 0, x.shape[-1]))(k)
+  res = sample.distribution_check(row, 1.0, {"good": good, "hot": hot, "flat": flat},
+                                  draws=2000, seed=0)["results"]
+  assert res["good"]["ok"] and not res["hot"]["ok"] and not res["flat"]["ok"]
+  assert res["good"]["tv"] < res["hot"]["tv"]
+
+
+def test_fused_sampler_path(sample, monkeypatch):
+  # The call the example makes once jax_argreduce.categorical exists: one call for the batch,
+  # keys [batch], temperature as a keyword. Checked here with a stand-in when it does not.
+  calls = []
+
+  def categorical(key, logits, axis=-1, *, temperature=None):
+    calls.append((key.shape, logits.shape, axis))
+    return sample.sample_jax_random(key, logits, temperature)
+
+  if not sample.HAS_FUSED_SAMPLER:
+    monkeypatch.setattr(jax_argreduce, "categorical", categorical, raising=False)
+  else:
+    assert sample.OURS.sample is sample.sample_fused
+  logits = jax.random.normal(jax.random.key(1), (4, 300))
+  keys = sample.sequence_keys(0, 4)
+  picker = dataclasses.replace(sample.OURS, tag="fused_test", sample=sample.sample_fused)
+  tokens = np.asarray(sample.pick_tokens(logits, keys, jnp.int32(3), jnp.float32(0.7),
+                                         mode="sample", picker=picker))
+  assert tokens.shape == (4,) and ((0 <= tokens) & (tokens < 300)).all()
+  if not sample.HAS_FUSED_SAMPLER:
+    assert calls == [((4,), (4, 300), -1)]
 
 
 def test_pick_tokens_cold_sampling_is_argmax(sample):
@@ -113,6 +191,17 @@ def test_logits_file(sample, tmp_path, capsys):
   assert [int(r[1]) for r in rows] == want.tolist()
   assert all(0 <= int(r[3]) < 300 for r in rows)
   assert int(rows[2][3]) == 4  # NaN + noise is NaN: the first NaN is still picked
+
+  # Issue 13: past --show-rows rows (8), the rest is summarized in one line.
+  many = rng.standard_normal((20, 50)).astype(np.float32)
+  np.save(tmp_path / "many.npy", many)
+  assert sample.main(["--logits", str(tmp_path / "many.npy")]) == 0
+  out = capsys.readouterr().out
+  rows = _rows(out, 3)
+  assert [int(r[0]) for r in rows] == list(range(8))
+  assert [int(r[1]) for r in rows] == np.argmax(many[:8], axis=-1).tolist()
+  assert "... 12 more rows" in out
+  assert "jax_argreduce.argmax equals numpy.argmax on all 20 rows" in out
 
   np.save(tmp_path / "one.npy", logits[0])
   assert sample.main(["--logits", str(tmp_path / "one.npy")]) == 0

@@ -1,31 +1,50 @@
-"""GPU tests (marker ``gpu``): the CUDA handler against numpy on fresh random data.
+"""GPU tests (marker ``gpu``): the CUDA handlers against the numpy reference on fresh data.
 
-Every launch path (team of lanes with rows looped, one block per row, several blocks per row
-merged through the workspace), widths straddling warp/block/vector/scan-step boundaries,
-unaligned row starts, all four float dtypes, special values, generated cases, repeated calls
-inside one jitted program (command buffers, XLA's default) with poisoned outputs, and the
-INT32_MAX-wide row / >2^31-element array. Skipped without a GPU (conftest).
+Every launch path forced through the plan options (``_ffi.debug_set_plan_options``): team of
+lanes with rows looped, one block per row, split rows through the workspace with and without
+programmatic dependent launch, thread block clusters; all four ops (``max_with_index`` values
+bit for bit), widths straddling warp/block/vector/scan-step boundaries (the plan's
+``row_step``), unaligned row starts, all four float dtypes, the shared special-value fills
+(``reference.py``), >= 10,000 generated cases, repeated calls inside one jitted program
+(command buffers, XLA's default) with poisoned outputs, vmap/grad, a second GPU, and the
+INT32_MAX-wide row / >2^31-element array. The standalone launcher check
+(tests/cuda/kernel_check.cu) runs under compute-sanitizer memcheck and racecheck.
+Skipped without a GPU (conftest).
+
+Plan options are process-wide and read by the handler when it runs. A program XLA captured in
+a command buffer replays its kernels without calling the handler again, so every test that
+forces options compiles its own functions (``_runner``) and never reuses an executable under
+other options.
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import warnings
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
 import jax_argreduce
+import reference
 from jax_argreduce import _api, _ffi
+from reference import OPS, fill_rows, random_rows
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = [np.float32, ml_dtypes.bfloat16, np.float16, np.float64]
+DTYPES = ["float32", "bfloat16", "float16", "float64"]
 SEED = int(os.environ.get("JAX_ARGREDUCE_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
+
+# Plan option sets: name -> kwargs of _ffi.debug_set_plan_options.
+OPTION_SETS = {
+    "default": dict(clusters=False, pdl=True),
+    "no_pdl": dict(clusters=False, pdl=False),
+    "clusters": dict(clusters=True, pdl=True),
+    "clusters_no_pdl": dict(clusters=True, pdl=False),
+}
 
 
 @pytest.fixture
@@ -40,24 +59,47 @@ def _needs_cuda_build():
     pytest.skip("jax_argreduce was built without CUDA")
 
 
+@contextlib.contextmanager
+def plan_options(name):
+  """Process-wide plan options inside the block (restored after)."""
+  before = _ffi.debug_plan_options()
+  try:
+    yield _ffi.debug_set_plan_options(**OPTION_SETS[name])
+  finally:
+    _ffi.debug_set_plan_options(**before)
+
+
 def x64_for(dtype):
-  return jax.enable_x64(np.dtype(dtype) == np.float64)
+  return jax.enable_x64(np.dtype(reference.np_dtype(dtype)) == np.float64)
 
 
-def reference(x, is_min, axis=-1):
-  # numpy on the exact float32 widening for bfloat16 (widening is exact, order preserved).
-  x = np.asarray(x)
-  if x.dtype == ml_dtypes.bfloat16:
-    x = x.astype(np.float32)
-  return (np.argmin if is_min else np.argmax)(x, axis=axis)
+_RUNNERS = {}
 
 
-def run_kernel(x, is_min, method="kernel", axis=-1):
-  return np.asarray(_api._argreduce(jnp.asarray(x), axis, False, is_min=is_min, method=method))
+def _runner(options, ops=OPS, axis=-1):
+  """A jitted function computing ``ops`` on the kernel path; one per (options, ops, axis), so
+  no executable runs under two option sets."""
+  key = (options, tuple(ops), axis)
+  if key not in _RUNNERS:
+    _RUNNERS[key] = jax.jit(lambda v: {op: _api.reduce(v, axis, False, op=op, method="kernel")
+                                       for op in ops})
+  return _RUNNERS[key]
 
 
-def plan(rows, cols, dtype):
-  return _ffi.cuda_launch_plan(rows, cols, np.dtype(dtype).name)
+def run_ops(x, options="default", ops=OPS, axis=-1):
+  """{op: result} of the kernel path on x (numpy results), under plan options ``options``."""
+  with plan_options(options):
+    return jax.device_get(_runner(options, ops, axis)(jnp.asarray(x)))
+
+
+def check_ops(x, got, axis=-1, msg=""):
+  for op, result in got.items():
+    reference.assert_matches(result, reference.argreduce(x, axis, False, op=op), op=op, msg=msg)
+
+
+def plan(rows, cols, dtype, options="default"):
+  with plan_options(options):
+    return _ffi.debug_launch_plan(rows, cols, reference.np_dtype(dtype))
 
 
 def sm_count():
@@ -65,94 +107,60 @@ def sm_count():
   return getattr(jax.devices()[0], "core_count", None)
 
 
-def with_specials(x, rng):
-  """Plants NaNs, ties, infinities, signed zeros and subnormals in random rows of x."""
-  x = x.copy()
-  rows, cols = x.shape
-  finfo = ml_dtypes.finfo(x.dtype)
-  tiny = np.array(finfo.smallest_subnormal, x.dtype)
-  for r in range(rows):
-    kind = rng.integers(0, 9)
-    pos = lambda k=1: rng.integers(0, cols, size=k)
-    if kind == 1:
-      x[r, pos(3)] = np.nan
-    elif kind == 2:
-      x[r, pos(4)] = np.array(60000 if x.dtype == np.float16 else 1e6, x.dtype)
-      x[r, pos(4)] = -np.array(60000 if x.dtype == np.float16 else 1e6, x.dtype)
-    elif kind == 3:
-      x[r] = -np.inf
-    elif kind == 4:
-      x[r] = np.nan
-    elif kind == 5:
-      x[r] = np.where(np.arange(cols) % 2, np.array(0, x.dtype), -np.array(0, x.dtype))
-    elif kind == 6:
-      x[r] = finfo.min
-    elif kind == 7:  # subnormals only: exact order needed, jnp.argmax would flush them
-      x[r] = tiny * rng.integers(-5, 6, size=cols).astype(x.dtype)
-    elif kind == 8:
-      x[r, pos(2)] = np.inf
-      x[r, pos(2)] = -np.inf
-  return x
+def cc_major():
+  """Compute capability major of the first GPU ("9.0" -> 9)."""
+  return int(str(jax.devices()[0].compute_capability).split(".")[0])
 
 
-def random_rows(rng, rows, cols, dtype):
-  return rng.standard_normal((rows, cols), dtype=np.float32).astype(dtype)
-
-
-# One shape per dispatch path; the planner's choice is asserted, not assumed.
+# One shape per path and option set; the planner's choice is asserted, not assumed.
 PATH_CASES = [
-    ("team", 300000, 40),        # teams of lanes, more rows than teams in the grid (row loop)
-    ("team", 4096, 8),
-    ("team", 4096, 4096),
-    ("block", 400, 20000),       # one block per row
-    ("cluster", 1, 202048),      # one thread block cluster per row (sm_90), merged in DSMEM
-    ("cluster", 8, 202049),
-    ("cluster", 32, 202048),
-    ("cluster", 100, 202048),     # up to one row per SM still takes a cluster per row
-    ("block", 256, 202048),       # more rows than SMs: one 256-thread block each
-    # Several blocks per row through the workspace + done counter: on Hopper only with
-    # clusters off (test_done_counter_path_without_clusters, kernel_check).
+    ("team", "default", 300000, 40),     # teams of lanes, more rows than teams (row loop)
+    ("team", "no_pdl", 4096, 8),
+    ("team", "default", 4096, 4096),
+    ("block", "default", 400, 20000),    # one block per row
+    ("block", "no_pdl", 256, 202048),    # more rows than SMs
+    ("split", "default", 1, 202048),     # several blocks per row, workspace + merge, PDL
+    ("split", "no_pdl", 1, 202048),
+    ("split", "default", 8, 202049),
+    ("split", "no_pdl", 8, 202049),
+    ("split", "default", 32, 202048),
+    ("split", "default", 64, 32000),
+    ("split", "no_pdl", 100, 202048),
+    ("cluster", "clusters", 1, 202048),  # a thread block cluster per row (sm_90), DSMEM merge
+    ("cluster", "clusters_no_pdl", 8, 202049),
+    ("cluster", "clusters", 32, 202048),
+    ("cluster", "clusters", 100, 202048),
 ]
 
 
-@pytest.mark.parametrize("path,rows,cols", PATH_CASES)
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_every_path(path, rows, cols, dtype, rng):
-  if path == "cluster" and sm_count() is not None and rows > sm_count():
+@pytest.mark.parametrize("path,options,rows,cols", PATH_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_path(path, options, rows, cols, dtype, rng):
+  if rows > (sm_count() or rows) and path in ("split", "cluster"):
     pytest.skip(f"{rows} rows > {sm_count()} SMs: the planner takes one block per row")
   with x64_for(dtype):
-    assert plan(rows, cols, dtype)["path"] == path
-    x = with_specials(random_rows(rng, rows, cols, dtype), rng)
-    for is_min in (False, True):
-      np.testing.assert_array_equal(run_kernel(x, is_min), reference(x, is_min))
+    p = plan(rows, cols, dtype, options)
+    if path == "cluster" and cc_major() < 9:
+      assert p["path"] != "cluster"
+      pytest.skip("no clusters below sm_90")
+    assert p["path"] == path, p
+    assert p["pdl"] == (OPTION_SETS[options]["pdl"] and path != "cluster" and cc_major() >= 9), p
+    x = fill_rows(dtype, rng, rows, cols)
+    check_ops(x, run_ops(x, options), msg=f"{path} {options} {rows}x{cols} {dtype}")
 
 
-def test_done_counter_path_without_clusters(rng, tmp_path):
-  """With clusters switched off (read once per process), few wide rows take the done-counter
-  path: run them in a fresh process and compare with numpy here."""
-  shapes = [(1, 202048), (2, 202049), (8, 131073), (1, 32000)]
-  xs = {f"x{i}": random_rows(rng, *s, np.float32) for i, s in enumerate(shapes)}
-  for i in range(len(shapes)):
-    xs[f"x{i}"][:, rng.integers(0, shapes[i][1], 3)] = np.nan if i % 2 else 99
-  np.savez(tmp_path / "in.npz", **xs)
-  script = (
-      "import numpy as np, jax_argreduce as ja\n"
-      "from jax_argreduce import _ffi\n"
-      f"d = np.load({str(tmp_path / 'in.npz')!r})\n"
-      "out = {}\n"
-      "for k in d.files:\n"
-      "  x = d[k]\n"
-      "  assert _ffi.cuda_launch_plan(*x.shape, 'float32')['path'] == 'multi_block'\n"
-      "  out[k + 'max'] = np.asarray(ja.argmax(x, axis=-1))\n"
-      "  out[k + 'min'] = np.asarray(ja.argmin(x, axis=-1))\n"
-      f"np.savez({str(tmp_path / 'out.npz')!r}, **out)\n")
-  env = dict(os.environ, JAX_ARGREDUCE_DISABLE_CLUSTERS="1")
-  r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
-  assert r.returncode == 0, r.stderr[-3000:]
-  out = np.load(tmp_path / "out.npz")
-  for k, x in xs.items():
-    np.testing.assert_array_equal(out[k + "max"], np.argmax(x, axis=-1))
-    np.testing.assert_array_equal(out[k + "min"], np.argmin(x, axis=-1))
+def test_options_change_between_calls_of_one_executable(rng):
+  """Options apply at the next handler call: eager calls (one custom call per executable, too
+  small for a command buffer) reuse one executable under every option set; results stay
+  exact whichever path each call takes."""
+  x = random_rows(rng, 8, 202049, np.float32)
+  x[:, [150001, 7]] = 50
+  x[3, [190000, 9000]] = np.nan
+  f = lambda v: _api.reduce(v, -1, False, op="max_with_index", method="kernel")  # noqa: E731
+  for options in OPTION_SETS:
+    with plan_options(options):
+      got = jax.device_get(f(jnp.asarray(x)))
+    reference.assert_matches(got, reference.max_with_index(x), op="max_with_index", msg=options)
 
 
 def test_row_loop_really_loops():
@@ -160,127 +168,212 @@ def test_row_loop_really_loops():
   assert p["path"] == "team" and p["grid"] * p["block"] // p["team"] < 300000
 
 
+def test_device_plans_keep_the_planner_invariants():
+  """Plans read on this GPU keep what test_launch_plan checks on made-up devices."""
+  from test_launch_plan import MAX_PARTIALS
+  for options in OPTION_SETS:
+    for rows, cols in [(1, 202048), (8, 128256), (64, 32000), (256, 202048), (4096, 8),
+                       (65536, 1024), (1, 2 ** 31 - 1), (100, 20001)]:
+      for dtype in DTYPES:
+        p = plan(rows, cols, dtype, options)
+        where = f"{rows}x{cols} {dtype} {options}: {p}"
+        assert p["vector_elements"] == 16 // np.dtype(reference.np_dtype(dtype)).itemsize
+        assert p["workspace_bytes"] <= _ffi.CUDA_WORKSPACE_BYTES - 16, where
+        assert p["pdl"] == (OPTION_SETS[options]["pdl"] and cc_major() >= 9
+                            and p["path"] != "cluster"), where
+        if p["path"] == "split":
+          assert p["parts"] >= 2 and p["grid"] == rows * p["parts"], where
+          assert rows * p["parts"] <= MAX_PARTIALS and rows <= sm_count(), where
+        if p["path"] == "cluster":
+          assert OPTION_SETS[options]["clusters"] and cc_major() >= 9, where
+          assert p["parts"] <= 16 and p["grid"] == rows * p["parts"], where
+        if rows <= 64 and cols >= 32000:
+          assert p["path"] == ("cluster" if OPTION_SETS[options]["clusters"] and cc_major() >= 9
+                               else "split"), where
+
+
 WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256,
           257, 1023, 1024, 1025, 2047, 2048, 2049, 4095, 4097, 202047, 202048, 202049]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", [1, 37])
-def test_widths(rows, dtype, rng):
+@pytest.mark.parametrize("options", ["default", "clusters"])
+def test_widths(rows, dtype, options, rng):
   with x64_for(dtype):
     for cols in WIDTHS:
-      x = with_specials(random_rows(rng, rows, cols, dtype), rng)
-      for is_min in (False, True):
-        np.testing.assert_array_equal(run_kernel(x, is_min), reference(x, is_min),
-                                      err_msg=f"{rows}x{cols} min={is_min}")
+      x = fill_rows(dtype, rng, rows, cols)
+      check_ops(x, run_ops(x, options), msg=f"{rows}x{cols} {dtype} {options}")
 
 
-@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
-def test_scan_step_boundaries(dtype, rng):
-  """Widths at one and two passes of the scan loop, +-1: 1 and 2 rows (clusters on sm_90,
-  else several blocks per row) and 256 rows (one block per row, its own loads in flight)."""
-  for rows in (1, 2, 256):
-    step = plan(rows, 1 << 24, dtype)["row_step"]
-    for cols in (step - 1, step, step + 1, 2 * step + 1):
-      if plan(rows, cols, dtype)["row_step"] != step:
-        continue  # planner picked another geometry at this width: covered elsewhere
-      x = random_rows(rng, rows, cols, dtype)
-      x[:, rng.integers(0, cols, size=2)] = 50  # ties across blocks
-      x[:, cols - 1] = 50
-      for is_min in (False, True):
-        np.testing.assert_array_equal(run_kernel(x, is_min), reference(x, is_min))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+@pytest.mark.parametrize("options", list(OPTION_SETS))
+def test_scan_step_boundaries(dtype, options, rng):
+  """Widths at one and two passes of the scan loop (the plan's row_step), +-1: few rows
+  (split or clusters), 256 rows (one block per row, its own loads in flight) and 4096 rows
+  (teams of lanes). Ties across passes, the last column included."""
+  with x64_for(dtype):
+    tested = 0
+    for rows, probe in ((1, 1 << 24), (2, 1 << 24), (256, 1 << 24), (4096, 4096)):
+      step = plan(rows, probe, dtype, options)["row_step"]
+      for cols in (step - 1, step, step + 1, 2 * step - 1, 2 * step + 1):
+        if plan(rows, cols, dtype, options)["row_step"] != step:
+          continue  # the planner picked another geometry at this width: covered elsewhere
+        x = random_rows(rng, rows, cols, dtype)
+        x[:, rng.integers(0, cols, size=2)] = 50  # ties across blocks and passes
+        x[:, cols - 1] = 50
+        x[:, -1 - step // 2] = -50
+        check_ops(x, run_ops(x, options), msg=f"{rows}x{cols} step {step}")
+        tested += 1
+    assert tested >= 4
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_unaligned_row_starts(dtype, rng):
   """Slices and odd widths: rows that start off a 16-byte boundary."""
   with x64_for(dtype):
     base = random_rows(rng, 9, 202051, dtype)
     for sl in [np.s_[:, 1:], np.s_[:, 3:-2], np.s_[1:, 5:70001], np.s_[:, :7]]:
-      x = with_specials(np.ascontiguousarray(base[sl]), rng)
-      f = jax.jit(lambda v: jax_argreduce.argmax(v[sl], axis=-1))
-      np.testing.assert_array_equal(np.asarray(f(base)), reference(base[sl], False))
-      np.testing.assert_array_equal(run_kernel(x, True), reference(x, True))
+      f = jax.jit(lambda v, sl=sl: {op: getattr(jax_argreduce, op)(v[sl], axis=-1)
+                                    for op in OPS})
+      check_ops(base[sl], jax.device_get(f(base)), msg=str(sl))
+      x = np.ascontiguousarray(base[sl])
+      x[:, rng.integers(0, x.shape[1], 3)] = np.nan
+      check_ops(x, run_ops(x))
 
 
-def test_nan_in_different_blocks_first_wins(rng):
+@pytest.mark.parametrize("options", list(OPTION_SETS))
+def test_nan_in_different_blocks_first_wins(options, rng):
   cols = 202048
   x = random_rows(rng, 4, cols, np.float32)
-  x[0, [150000, 9000, 199999]] = np.nan
-  x[1, [cols - 1]] = np.nan
-  x[2, [0, cols - 1]] = np.nan
-  x[3] = np.nan
-  for is_min in (False, True):
-    np.testing.assert_array_equal(run_kernel(x, is_min), [9000, cols - 1, 0, 0])
+  nan_a = np.array(0x7FC00123, np.uint32).view(np.float32)
+  nan_b = np.array(0xFFA00001, np.uint32).view(np.float32)
+  x[0, [150000, 9000, 199999]] = [nan_b, nan_a, np.nan]
+  x[1, [cols - 1]] = nan_b
+  x[2, [0, cols - 1]] = nan_a
+  x[3] = nan_b
+  got = run_ops(x, options)
+  for op in OPS:
+    indices = got[op][1] if reference.with_value(op) else got[op]
+    np.testing.assert_array_equal(indices, [9000, cols - 1, 0, 0])
+  check_ops(x, got, msg=options)  # values: the first NaN's payload and sign
 
 
-def test_ties_across_blocks_lowest_wins(rng):
+@pytest.mark.parametrize("options", list(OPTION_SETS))
+def test_ties_across_blocks_lowest_wins(options, rng):
   cols = 202048
-  x = random_rows(rng, 2, cols, np.float32)
+  x = random_rows(rng, 3, cols, np.float32)
   x[0, [190000, 70000, 150001]] = 10
   x[1] = 3
-  np.testing.assert_array_equal(run_kernel(x, False), [70000, 0])
+  x[2] = 0.0
+  x[2, [5000, 100000]] = -0.0  # -0 ties +0: the first zero wins, its sign kept
+  x[2, 0] = -0.0
+  got = run_ops(x, options)
+  np.testing.assert_array_equal(got["argmax"], [70000, 0, 0])
+  np.testing.assert_array_equal(got["max_with_index"][0].view(np.uint32)[2], 0x80000000)
+  check_ops(x, got, msg=options)
 
 
 def test_generated_cases(rng):
-  """>= 10,000 random cases (shape, axis, dtype, special values) against numpy."""
+  """>= 10,000 random cases (shape, axis, dtype, special-value fills) against numpy, the four
+  ops in one jitted program per shape, cycling through the plan option sets."""
   shapes = [(7,), (33,), (129,), (3, 31), (5, 1025), (2, 3, 257), (4, 2049), (2, 2, 2, 513),
             (1, 32000), (6, 4097), (64, 64), (2, 50000)]
   count = 0
-  for dtype in DTYPES:
-    with x64_for(dtype):
+  names = list(OPTION_SETS)
+  for di, dtype in enumerate(DTYPES):
+    f = reference.Fmt(dtype)
+    options = names[di % len(names)]
+    with x64_for(dtype), plan_options(options):
       for shape in shapes:
         for axis in [None] + list(range(-len(shape), len(shape))):
-          reps = 30 if np.prod(shape) < 20000 else 6
-          fn_max = jax.jit(lambda v, a=axis: jax_argreduce.argmax(v, axis=a))
-          fn_min = jax.jit(lambda v, a=axis: jax_argreduce.argmin(v, axis=a))
+          reps = 15 if np.prod(shape) < 20000 else 3
+          fn = jax.jit(lambda v, a=axis: {op: getattr(jax_argreduce, op)(v, axis=a)
+                                          for op in OPS})
           for _ in range(reps):
-            x = random_rows(rng, int(np.prod(shape[:-1])), shape[-1], dtype)
-            x = with_specials(x, rng).reshape(shape)
-            xr = x.astype(np.float32) if x.dtype == ml_dtypes.bfloat16 else x
-            for fn, ref in ((fn_max, np.argmax), (fn_min, np.argmin)):
-              got = np.asarray(fn(x))
-              np.testing.assert_array_equal(got, ref(xr, axis=axis),
-                                            err_msg=f"{shape} {axis} {np.dtype(dtype).name}")
+            x = reference.make_input(f, rng, shape, axis)
+            got = jax.device_get(fn(x))
+            for op in OPS:
+              reference.assert_matches(got[op], reference.argreduce(x, axis, False, op=op),
+                                       op=op, msg=f"{shape} axis={axis} {dtype} {options}")
               count += 1
   print(f"generated GPU cases: {count}")
   assert count >= 10_000
 
 
-def test_repeated_calls_in_one_program_poisoned(rng):
-  """Several argmaxes in one jitted program (command buffers), fresh inputs every run, the
-  output buffers donated from poison (-7) arrays so an unwritten row shows up."""
-  shapes = [(1, 202048), (8, 202049), (4096, 96), (300, 4097)]
+@pytest.mark.parametrize("options", ["default", "no_pdl", "clusters"])
+def test_repeated_calls_in_one_program_poisoned(options, rng):
+  """Several reductions in one jitted program (command buffers), fresh inputs every run, the
+  output buffers donated from poison arrays so an unwritten row shows up."""
+  shapes = [(1, 202048), (8, 202049), (4096, 96), (300, 4097), (64, 32000)]
 
   def program(xs, poisons):
     del poisons  # donated: XLA reuses them for the outputs
-    outs = []
+    outs, ys = [], []
     for x in xs:
-      y = x * 1.5 + 0.25  # a fusion between custom calls
+      y = x * 1.5 + 0.25  # a fusion between custom calls (returned: the reference's input)
+      ys.append(y)
       outs.append(jax_argreduce.argmax(y, axis=-1))
       outs.append(jax_argreduce.argmin(x, axis=-1))
-    return outs
+      outs.extend(jax_argreduce.max_with_index(y, axis=-1))
+      outs.extend(jax_argreduce.min_with_index(x, axis=-1))
+    return outs, ys
 
-  f = jax.jit(program, donate_argnums=1)
-  for _ in range(5):
-    xs = [random_rows(rng, *s, np.float32) for s in shapes]
-    poisons = [jnp.full(s[:1], -7, jnp.int32) for s in shapes for _ in range(2)]
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore")
-      outs = f([jnp.asarray(x) for x in xs], poisons)
-    for i, x in enumerate(xs):
-      np.testing.assert_array_equal(np.asarray(outs[2 * i]), np.argmax(x * np.float32(1.5) + np.float32(0.25), axis=-1))
-      np.testing.assert_array_equal(np.asarray(outs[2 * i + 1]), np.argmin(x, axis=-1))
+  with plan_options(options):
+    f = jax.jit(program, donate_argnums=1)  # a fresh executable per option set
+    for _ in range(5):
+      xs = [random_rows(rng, *s, np.float32) for s in shapes]
+      for x in xs:
+        x[:, rng.integers(0, x.shape[1], 2)] = np.nan if rng.random() < 0.5 else 9.0
+      poisons = [p for s in shapes for p in (
+          jnp.full(s[:1], -7, jnp.int32), jnp.full(s[:1], -7, jnp.int32),
+          jnp.full(s[:1], -7.0, jnp.float32), jnp.full(s[:1], -7, jnp.int32),
+          jnp.full(s[:1], -7.0, jnp.float32), jnp.full(s[:1], -7, jnp.int32))]
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outs, ys = jax.device_get(f([jnp.asarray(x) for x in xs], poisons))
+      for i, (x, y) in enumerate(zip(xs, ys)):
+        o = outs[6 * i:6 * i + 6]
+        reference.assert_matches(o[0], reference.argmax(y, axis=-1), op="argmax")
+        reference.assert_matches(o[1], reference.argmin(x, axis=-1), op="argmin")
+        reference.assert_matches((o[2], o[3]), reference.max_with_index(y), op="max_with_index")
+        reference.assert_matches((o[4], o[5]), reference.min_with_index(x), op="min_with_index")
 
 
 def test_vmap_and_grad_on_gpu(rng):
   x = random_rows(rng, 6, 50000, np.float32).reshape(2, 3, 50000)
   got = jax.jit(jax.vmap(lambda v: jax_argreduce.argmax(v, axis=-1), in_axes=1))(x)
   np.testing.assert_array_equal(np.asarray(got), np.argmax(x.transpose(1, 0, 2), axis=-1))
-  g = jax.grad(lambda v: jnp.sum(jnp.take_along_axis(v, jax_argreduce.argmax(v, axis=-1)[:, None], -1) ** 2))(x[0])
+  got = jax.device_get(jax.jit(jax.vmap(jax_argreduce.max_with_index, in_axes=1))(x))
+  reference.assert_matches(got, reference.max_with_index(x.transpose(1, 0, 2)),
+                           op="max_with_index")
+  g = jax.grad(lambda v: jnp.sum(jnp.take_along_axis(
+      v, jax_argreduce.argmax(v, axis=-1)[:, None], -1) ** 2))(x[0])
   want = np.zeros_like(x[0])
   want[np.arange(3), np.argmax(x[0], -1)] = 2 * x[0].max(-1)
   np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)
+  g = jax.jit(jax.grad(lambda v: jnp.sum(jax_argreduce.min_with_index(v)[0] ** 2)))(x[0])
+  want = np.zeros_like(x[0])
+  want[np.arange(3), np.argmin(x[0], -1)] = 2 * x[0].min(-1)
+  np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)
+  t = rng.standard_normal(x[0].shape).astype(np.float32)
+  (_, idx), (tv, _) = jax.jvp(jax_argreduce.max_with_index, (x[0],), (t,))
+  np.testing.assert_array_equal(np.asarray(tv), t[np.arange(3), np.asarray(idx)])
+
+
+def test_second_gpu(rng):
+  """The handler plans for and launches on the stream's device (XLA's DeviceOrdinal), not
+  the thread's current device."""
+  devices = jax.devices()
+  if len(devices) < 2:
+    pytest.skip("needs two GPUs")
+  for options in ("default", "clusters"):
+    x = fill_rows("bfloat16", rng, 8, 202049)
+    f = jax.jit(lambda v: {op: _api.reduce(v, -1, False, op=op, method="kernel") for op in OPS})
+    with plan_options(options):
+      for dev in devices[:2][::-1]:
+        got = jax.device_get(f(jax.device_put(x, dev)))
+        check_ops(x, got, msg=f"{dev} {options}")
 
 
 def _free_bytes():
@@ -294,10 +387,16 @@ def test_int32_max_row_float16():
     pytest.skip("not enough GPU memory for a [1, INT32_MAX] float16 row")
   x = jax.random.normal(jax.random.key(1), (1, cols), jnp.float16)
   x = x.at[0, cols - 3].set(1000).at[0, 12345].set(-1000)
-  assert int(jax_argreduce.argmax(x, axis=-1)[0]) == cols - 3
-  assert int(jax_argreduce.argmin(x, axis=-1)[0]) == 12345
+  for options in ("default", "clusters"):
+    with plan_options(options):
+      assert int(jax_argreduce.argmax(x, axis=-1)[0]) == cols - 3
+      assert int(jax_argreduce.argmin(x, axis=-1)[0]) == 12345
+      v, i = jax_argreduce.max_with_index(x, axis=-1)
+      assert (float(v[0]), int(i[0])) == (1000.0, cols - 3)
   x = x.at[0, cols - 1].set(jnp.nan)
   assert int(jax_argreduce.argmin(x, axis=-1)[0]) == cols - 1
+  v, i = jax_argreduce.min_with_index(x, axis=-1)
+  assert int(i[0]) == cols - 1 and np.isnan(float(v[0]))
   del x
 
 
@@ -311,14 +410,13 @@ def test_more_than_2_31_elements(rng):
   x = x.at[np.arange(rows), pos_max].set(1000).at[np.arange(rows), pos_min].set(-1000)
   np.testing.assert_array_equal(np.asarray(jax_argreduce.argmax(x, axis=-1)), pos_max)
   np.testing.assert_array_equal(np.asarray(jax_argreduce.argmin(x, axis=-1)), pos_min)
+  v, i = jax_argreduce.max_with_index(x, axis=-1)
+  np.testing.assert_array_equal(np.asarray(i), pos_max)
+  assert (np.asarray(v) == 1000).all()
   del x
 
 
-def test_kernel_check_under_compute_sanitizer(tmp_path):
-  """memcheck (out-of-bounds/misaligned global and shared accesses) and racecheck (shared
-  memory hazards) clean on every path, clusters on and off (multi block + done counter, row
-  loop), via tests/cuda/kernel_check.cu. The done counter's global memory ordering is covered
-  by the result checks, not by racecheck."""
+def _kernel_check_exe(tmp_path):
   nvcc, sanitizer = shutil.which("nvcc"), shutil.which("compute-sanitizer")
   if not nvcc or not sanitizer:
     pytest.skip("nvcc or compute-sanitizer not found")
@@ -327,14 +425,31 @@ def test_kernel_check_under_compute_sanitizer(tmp_path):
   exe = str(tmp_path / "kernel_check")
   subprocess.run([nvcc, "-std=c++17", "-arch=native", "-O2", "-I", ffi,
                   os.path.join(here, "cuda", "kernel_check.cu"),
-                  os.path.join(ffi, "argreduce_kernels.cu"), "-o", exe], check=True)
+                  os.path.join(ffi, "argreduce_kernels.cu"),
+                  os.path.join(ffi, "launch_plan.cc"), "-o", exe], check=True)
+  return exe, sanitizer
+
+
+# Option sets for the sanitizers: clusters (sm_90), split with PDL, split without PDL.
+SANITIZER_OPTIONS = [["--clusters=1", "--pdl=1"], ["--clusters=0", "--pdl=1"],
+                     ["--clusters=0", "--pdl=0"]]
+
+
+def test_kernel_check_under_compute_sanitizer(tmp_path):
+  """tests/cuda/kernel_check.cu: every path under all four option sets, then memcheck
+  (out-of-bounds/misaligned global and shared accesses) and racecheck (shared and distributed
+  shared memory hazards) clean on one case per path, clusters on and off, PDL on and off. The
+  split path's global-memory ordering (partials, then the merge kernel after
+  griddepcontrol.wait) is covered by the result checks, not by racecheck."""
+  exe, sanitizer = _kernel_check_exe(tmp_path)
   plain = subprocess.run([exe], capture_output=True, text=True)
   assert plain.returncode == 0, plain.stdout[-3000:]
-  no_clusters = dict(os.environ, JAX_ARGREDUCE_DISABLE_CLUSTERS="1")
-  for env in (os.environ, no_clusters):  # cluster path, then done-counter path
+  print(plain.stdout.splitlines()[-1])
+  for options in SANITIZER_OPTIONS:
     for tool in ("memcheck", "racecheck"):
-      r = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "3", exe],
-                         capture_output=True, text=True, env=env)
-      summary = [l for l in r.stdout.splitlines() if "SUMMARY" in l]
-      print(tool, "clusters off" if env is no_clusters else "clusters on", summary)
+      r = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "5", exe, "--quick",
+                          *options], capture_output=True, text=True)
+      summary = [line for line in r.stdout.splitlines() if "SUMMARY" in line or
+                 line.startswith("kernel_check:")]
+      print(tool, options, summary)
       assert r.returncode == 0, r.stdout[-3000:]

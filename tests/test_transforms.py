@@ -1,8 +1,10 @@
-"""argmax/argmin under JAX transformations and with unusual inputs, against numpy.
+"""The four ops under JAX transformations and with unusual inputs, against numpy.
 
-jit, vmap (in_axes 0/1/-1, nested), grad through a gather, jvp (float0 tangent), eval_shape,
-x64 on/off, non-contiguous inputs, a 4-device sharded input, numpy inputs, Python scalars and
-0-d arrays.
+jit, vmap (in_axes 0/1/-1, nested), grad through a gather, jvp (float0 index tangent; for
+max_with_index/min_with_index the values tangent is the input tangent at the index),
+eval_shape, x64 on/off, non-contiguous inputs, a 4-device sharded input, numpy inputs, Python
+scalars and 0-d arrays, jax.export with symbolic shapes. max_with_index/min_with_index run on a
+subset of the argmax grid (same code up to the handler): their values are checked bit for bit.
 """
 
 from __future__ import annotations
@@ -11,19 +13,25 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from _common import FLOATS, METHODS, OPS, np_dtype as _np_dtype, op_fn as _fn
-from jax_argreduce import argmax
+import jax_argreduce
+import reference
+from _common import (ALL_OPS, FLOATS, METHODS, OPS, jnp_like, np_dtype as _np_dtype,
+                     op_fn as _fn)
+from jax_argreduce import _ffi, argmax
+
+WITH_INDEX = reference.WITH_INDEX_OPS
+
 
 def _ref(op, x, axis=None, keepdims=False):
-  x = np.asarray(x)
-  if x.dtype == np.dtype(ml_dtypes.bfloat16):
-    x = x.astype(np.float32)  # exact widening
-  return OPS[op][1](x, axis=axis, keepdims=keepdims)
+  return reference.argreduce(np.asarray(x), axis, keepdims, op=op)
+
+
+def _ours(op):
+  return getattr(jax_argreduce, op)
 
 
 def _data(shape, dtype="float32", seed=0):
@@ -43,12 +51,18 @@ def _clean(shape, seed):
       np.float32) / 7 - 3
 
 
-def _assert_same(got, want, want_dtype=None):
-  got_np = np.asarray(got)
-  assert got.shape == np.shape(want), (got.shape, np.shape(want))
+def _assert_same(got, want, want_dtype=None, op="argmax"):
+  """``got`` equals the reference ``want`` (indices; for the with-index ops values bit for bit,
+  of the input's dtype); ``want_dtype``: the index dtype."""
+  got = jax.device_get(got)
+  if reference.with_value(op):
+    assert got[0].dtype == np.asarray(want[0]).dtype, (got[0].dtype, np.asarray(want[0]).dtype)
+    indices = got[1]
+  else:
+    indices = got
   if want_dtype is not None:
-    assert got.dtype == want_dtype, (got.dtype, want_dtype)
-  np.testing.assert_array_equal(got_np, want)
+    assert indices.dtype == want_dtype, (indices.dtype, want_dtype)
+  reference.assert_matches(got, want, op=op)
 
 
 def _index_dtype():
@@ -57,16 +71,20 @@ def _index_dtype():
 
 # ----------------------------------------------------------------------------- jit
 
-@pytest.mark.parametrize("op", OPS)
+def _op_dtypes(dtypes, thin=("bfloat16",)):
+  """(op, dtype): argmax/argmin with every dtype, the with-index ops with ``thin`` only."""
+  return [(op, d) for op in ALL_OPS for d in dtypes if op not in WITH_INDEX or d in thin]
+
+
+@pytest.mark.parametrize("op,dtype", _op_dtypes(FLOATS))
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("shape,axis", [((37,), None), ((37,), 0), ((5, 70), 1), ((5, 70), -2),
                                         ((3, 4, 50), None), ((3, 4, 50), 1), ((2, 3, 4, 5), -1)])
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_jit(op, method, dtype, shape, axis, keepdims):
   x = _data(shape, dtype, seed=len(shape))
   fn = jax.jit(functools.partial(_fn(op, method), axis=axis, keepdims=keepdims))
-  _assert_same(fn(x), _ref(op, x, axis, keepdims), _index_dtype())
+  _assert_same(fn(x), _ref(op, x, axis, keepdims), _index_dtype(), op)
 
 
 def test_jit_static_argnames():
@@ -78,32 +96,39 @@ def test_jit_static_argnames():
 
 # ----------------------------------------------------------------------------- vmap
 
+def _stack(op, results):
+  if reference.with_value(op):
+    return tuple(np.stack([r[k] for r in results]) for k in (0, 1))
+  return np.stack(results)
+
+
 def _loop_ref(op, x, in_axis, axis, keepdims=False):
   """What vmap(f, in_axes=in_axis)(x) must equal: f applied slice by slice, stacked on axis 0."""
-  return np.stack([_ref(op, np.take(x, i, axis=in_axis), axis, keepdims)
-                   for i in range(x.shape[in_axis])])
+  return _stack(op, [_ref(op, np.take(x, i, axis=in_axis), axis, keepdims)
+                     for i in range(x.shape[in_axis])])
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("in_axis", [0, 1, -1])
 @pytest.mark.parametrize("axis", [None, 0, 1, -1])
 def test_vmap(op, method, in_axis, axis):
   x = _data((4, 6, 33), seed=in_axis % 3 + 7)
   f = functools.partial(_fn(op, method), axis=axis)
-  _assert_same(jax.vmap(f, in_axes=in_axis)(x), _loop_ref(op, x, in_axis, axis), _index_dtype())
+  _assert_same(jax.vmap(f, in_axes=in_axis)(x), _loop_ref(op, x, in_axis, axis), _index_dtype(),
+               op)
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("method", METHODS)
 def test_vmap_keepdims_under_jit(op, method):
   x = _data((5, 3, 21), seed=3)
   f = functools.partial(_fn(op, method), axis=-1, keepdims=True)
   got = jax.jit(jax.vmap(f, in_axes=1))(x)
-  _assert_same(got, _loop_ref(op, x, 1, -1, keepdims=True))
+  _assert_same(got, _loop_ref(op, x, 1, -1, keepdims=True), op=op)
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("outer,inner,axis", [(0, 0, -1), (0, 1, 0), (-1, 0, None), (1, -1, 0),
                                               (2, 0, 1)])
@@ -111,9 +136,21 @@ def test_nested_vmap(op, method, outer, inner, axis):
   x = _data((3, 4, 5, 6), seed=(outer % 4) * 10 + inner % 4)
   f = functools.partial(_fn(op, method), axis=axis)
   got = jax.vmap(jax.vmap(f, in_axes=inner), in_axes=outer)(x)
-  want = np.stack([_loop_ref(op, np.take(x, i, axis=outer), inner, axis)
-                   for i in range(x.shape[outer])])
-  _assert_same(got, want)
+  want = _stack(op, [_loop_ref(op, np.take(x, i, axis=outer), inner, axis)
+                     for i in range(x.shape[outer])])
+  _assert_same(got, want, op=op)
+
+
+@pytest.mark.parametrize("op", WITH_INDEX)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_vmap_with_index_special_values(op, method, dtype):
+  """vmap of the with-index ops over rows full of special values: values bit for bit."""
+  rng = np.random.default_rng(21)
+  x = reference.fill_rows(dtype, rng, 7 * 5, 40, kinds=np.arange(35) % len(reference.FILLS))
+  x = x.reshape(7, 5, 40)
+  f = functools.partial(_fn(op, method), axis=-1)
+  _assert_same(jax.jit(jax.vmap(f, in_axes=1))(x), _loop_ref(op, x, 1, -1), op=op)
 
 
 # ----------------------------------------------------------------------------- autodiff
@@ -177,9 +214,79 @@ def test_jvp_float0_tangent(op, method, axis, keepdims):
   assert tangent.shape == primal.shape
 
 
+def _gathered(t, indices, axis, keepdims):
+  """The tangent ``t`` at ``indices`` (numpy), shaped as the op's values."""
+  if axis is None:
+    return t.reshape(-1)[np.asarray(indices).reshape(-1)].reshape(np.shape(indices))
+  idx = indices if keepdims else np.expand_dims(indices, axis)
+  got = np.take_along_axis(t, idx, axis=axis)
+  return got if keepdims else np.squeeze(got, axis)
+
+
+@pytest.mark.parametrize("op", WITH_INDEX)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (None, True), (1, False), (0, True),
+                                           (-1, False)])
+@pytest.mark.parametrize("jit", [False, True])
+def test_with_index_jvp(op, method, axis, keepdims, jit):
+  """Values tangent = the input tangent gathered at the index; indices tangent float0."""
+  x = _data((4, 9), seed=14)
+  t = np.random.default_rng(15).standard_normal(x.shape).astype(np.float32)
+  f = functools.partial(_fn(op, method), axis=axis, keepdims=keepdims)
+  jvp = lambda v, tv: jax.jvp(f, (v,), (tv,))  # noqa: E731
+  (values, indices), (t_values, t_indices) = (jax.jit(jvp) if jit else jvp)(x, t)
+  want = _ref(op, x, axis, keepdims)
+  _assert_same((values, indices), want, _index_dtype(), op)
+  assert t_indices.dtype == jax.dtypes.float0 and t_indices.shape == indices.shape
+  assert t_values.dtype == x.dtype and t_values.shape == values.shape
+  np.testing.assert_array_equal(np.asarray(t_values), _gathered(t, want[1], axis, keepdims))
+
+
+@pytest.mark.parametrize("op", WITH_INDEX)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_with_index_grad(op, method, dtype):
+  """grad of a loss of the values: the cotangent lands on the winning element only (the
+  first of tied extremes), under jit and vmap too."""
+  x = _clean((6, 25), seed=16).astype(_np_dtype(dtype))
+  x[2, [4, 9]] = 100 if op == "max_with_index" else -100  # a tie: index 4 wins
+  f = _fn(op, method)
+  loss = lambda m: jnp.sum(f(m, axis=1)[0].astype(jnp.float32) * jnp.arange(1.0, 7.0))  # noqa
+  want = np.zeros(x.shape, np.float32)
+  _, idx = _ref(op, x, axis=1)
+  assert idx[2] == 4
+  want[np.arange(6), idx] = np.arange(1.0, 7.0)
+  for g in (jax.grad(loss), jax.jit(jax.grad(loss))):
+    got = g(x)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(np.asarray(got).astype(np.float32), want)
+  per_row = jax.vmap(jax.grad(lambda r: f(r, axis=0)[0].astype(jnp.float32)))(x)
+  want_rows = np.zeros(x.shape, np.float32)
+  want_rows[np.arange(6), idx] = 1
+  np.testing.assert_array_equal(np.asarray(per_row).astype(np.float32), want_rows)
+
+
+@pytest.mark.parametrize("op", WITH_INDEX)
+def test_with_index_second_order_and_linearize(op):
+  """The values' JVP is linear in the tangent: linearize/transpose (vjp) and jacfwd/jacrev
+  agree, and the Hessian of a quadratic of the values is the gathered one."""
+  x = _clean((3, 8), seed=17)
+  f = lambda m: jax_argreduce.__dict__[op](m, axis=1)[0]  # noqa: E731
+  jf, jr = jax.jacfwd(f)(x), jax.jacrev(f)(x)
+  np.testing.assert_array_equal(np.asarray(jf), np.asarray(jr))
+  _, idx = _ref(op, x, axis=1)
+  want = np.zeros((3, 3, 8), np.float32)
+  want[np.arange(3), np.arange(3), idx] = 1
+  np.testing.assert_array_equal(np.asarray(jf), want)
+  h = jax.hessian(lambda m: jnp.sum(f(m) ** 2))(x)
+  want_h = np.zeros((3, 8, 3, 8), np.float32)
+  want_h[np.arange(3), idx, np.arange(3), idx] = 2
+  np.testing.assert_array_equal(np.asarray(h), want_h)
+
+
 # ----------------------------------------------------------------------------- abstract eval
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("dtype", FLOATS + ("float64",))
 @pytest.mark.parametrize("shape,axis", [((7,), None), ((7,), -1), ((2, 3, 5), None),
                                         ((2, 3, 5), 0), ((2, 3, 5), 1), ((2, 3, 5), -1),
@@ -188,25 +295,28 @@ def test_jvp_float0_tangent(op, method, axis, keepdims):
 def test_eval_shape(op, dtype, shape, axis, keepdims, x64_mode):
   spec = jax.ShapeDtypeStruct(shape, _np_dtype(dtype))
   kw = dict(axis=axis, keepdims=keepdims)
-  got = jax.eval_shape(functools.partial(OPS[op][0], **kw), spec)
-  want = jax.eval_shape(functools.partial(OPS[op][2], **kw), spec)
+  got = jax.eval_shape(functools.partial(_ours(op), **kw), spec)
+  want = jax.eval_shape(functools.partial(jnp_like(op), **kw), spec)
+  if op in WITH_INDEX:
+    values, got = got
+    assert values.shape == want.shape and values.dtype == jnp.asarray(np.zeros((), spec.dtype)).dtype
   assert (got.shape, got.dtype) == (want.shape, want.dtype)
   assert got.shape == np.argmax(np.zeros(shape), **kw).shape
   assert got.dtype == (np.int64 if x64_mode else np.int32)
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("dtype", FLOATS + ("float64",))
 def test_x64_index_dtype(op, method, dtype, x64_mode):
   x = _data((3, 20), dtype, seed=15)
   want_dtype = np.dtype(np.int64 if x64_mode else np.int32)
-  assert OPS[op][2](jnp.asarray(x), axis=1).dtype == want_dtype  # what jnp returns
+  assert jnp_like(op)(jnp.asarray(x), axis=1).dtype == want_dtype  # what jnp returns
   fn = _fn(op, method)
   for out in (fn(x, axis=1), jax.jit(functools.partial(fn, axis=1))(x)):
     # float64 input is truncated to float32 with x64 off, as for jnp; the result must be
     # numpy's on what jax actually holds.
-    _assert_same(out, _ref(op, np.asarray(jnp.asarray(x)), axis=1), want_dtype)
+    _assert_same(out, _ref(op, np.asarray(jnp.asarray(x)), axis=1), want_dtype, op)
 
 
 # ----------------------------------------------------------------------------- layouts
@@ -221,23 +331,25 @@ _VIEWS = {
 }
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("view", _VIEWS)
 @pytest.mark.parametrize("axis", [None, 0, -1])
 @pytest.mark.parametrize("where", ["numpy_view", "jnp_eager", "inside_jit"])
 def test_non_contiguous(op, view, axis, where):
+  if op in WITH_INDEX and where == "jnp_eager":
+    pytest.skip("same eager path as numpy_view for the with-index ops (kept for argmax/argmin)")
   base = _data((9, 64), seed=16)
   ref_input = _VIEWS[view](base)
   assert not ref_input.flags.c_contiguous  # numpy really makes strided views
   want = _ref(op, ref_input, axis)
-  f = functools.partial(OPS[op][0], axis=axis)
+  f = functools.partial(_ours(op), axis=axis)
   if where == "numpy_view":
     got = f(ref_input)
   elif where == "jnp_eager":
     got = f(_VIEWS[view](jnp.asarray(base)))
   else:
     got = jax.jit(lambda b: f(_VIEWS[view](b)))(base)
-  _assert_same(got, want)
+  _assert_same(got, want, op=op)
 
 
 # ----------------------------------------------------------------------------- sharding
@@ -250,12 +362,12 @@ _LAYOUTS = {  # name -> (mesh shape, mesh axis names, array shape, partition spe
 }
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("op,method", [(op, m) for op in ALL_OPS for m in METHODS
+                                       if op not in WITH_INDEX or m == "public"])
 @pytest.mark.parametrize("axis", [-1, 0, None])
 @pytest.mark.parametrize("layout", _LAYOUTS)
 def test_sharded(op, method, axis, layout):
-  """Input sharded over 4 CPU devices (rows, and the reduction axis too): jit(argmax) == numpy."""
+  """Input sharded over 4 CPU devices (rows, and the reduction axis too): jit(op) == numpy."""
   if jax.device_count() < 4:
     pytest.skip(f"needs 4 devices (XLA_FLAGS from conftest), have {jax.device_count()}")
   mesh_shape, names, shape, spec = _LAYOUTS[layout]
@@ -265,21 +377,21 @@ def test_sharded(op, method, axis, layout):
   xs = jax.device_put(x, NamedSharding(mesh, spec))
   assert len({s.device for s in xs.addressable_shards}) == 4
   got = jax.jit(functools.partial(_fn(op, method), axis=axis))(xs)
-  _assert_same(got, _ref(op, x, axis), _index_dtype())
+  _assert_same(got, _ref(op, x, axis), _index_dtype(), op)
 
 
 # ----------------------------------------------------------------------------- input kinds
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("dtype", FLOATS + ("float64",))
 def test_numpy_input(op, dtype, x64):
   with x64(dtype == "float64"):
     x = _data((8, 13), dtype, seed=18)
     for axis in (None, 0, 1):
-      _assert_same(OPS[op][0](x, axis=axis), _ref(op, x, axis), _index_dtype())
+      _assert_same(_ours(op)(x, axis=axis), _ref(op, x, axis), _index_dtype(), op)
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("value", [3.5, -2.0, float("nan"), float("-inf"), 7, True,
                                    np.float32(2.5), np.float16(-1), np.array(1.0),
                                    np.array(np.nan, np.float32), "jnp_scalar", "bf16_scalar"],
@@ -288,22 +400,43 @@ def test_numpy_input(op, dtype, x64):
 def test_scalars(op, value, keepdims):
   if isinstance(value, str):
     value = jnp.array(4.0) if value == "jnp_scalar" else jnp.array(-4.0, jnp.bfloat16)
-  got = OPS[op][0](value, keepdims=keepdims)
-  want = OPS[op][1](np.asarray(value), keepdims=keepdims)
-  assert want == 0
-  _assert_same(got, want, OPS[op][2](value, keepdims=keepdims).dtype)
-  # with an explicit axis the 0-d input is out of range, as in numpy and jnp
-  with pytest.raises(IndexError):
-    OPS[op][0](value, axis=0)
+  index_dtype = jnp_like(op)(value, keepdims=keepdims).dtype
+  for axis in (None, 0, -1):  # a 0-d input takes axis 0 and -1, as numpy (jnp raises)
+    got = _ours(op)(value, axis=axis, keepdims=keepdims)
+    want = _ref(op, np.asarray(jnp.asarray(value)), axis, keepdims)  # what jax holds
+    assert (want[1] if op in WITH_INDEX else want) == 0
+    _assert_same(got, want, index_dtype, op)
+  for axis in (1, -2):  # out of range, as in numpy and jnp
+    with pytest.raises(IndexError):
+      _ours(op)(value, axis=axis)
 
 
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("spec,shape", [("b, 5", (4, 5)), ("3, n", (3, 7)), ("b, n", (6, 9))])
-def test_export_with_symbolic_shapes(spec, shape):
-  """jax.export with shape polymorphism (symbolic rows and/or reduction length)."""
-  checks = [jax.export.DisabledSafetyCheck.custom_call("jax_argreduce_cpu")]
-  fn = jax.jit(lambda v: argmax(v, axis=-1))
+def test_export_with_symbolic_shapes(op, spec, shape):
+  """jax.export with shape polymorphism (symbolic rows and/or reduction length), serialized
+  and deserialized; the handlers' targets named by the module."""
+  checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in _ffi.all_targets()]
+  fn = jax.jit(lambda v: _ours(op)(v, axis=-1))
   exported = jax.export.export(fn, disabled_checks=checks)(
       jax.ShapeDtypeStruct(jax.export.symbolic_shape(spec), jnp.float32))
-  assert str(exported.out_avals[0].shape[0]) == spec.split(",")[0].strip()
-  x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-  np.testing.assert_array_equal(np.asarray(exported.call(x)), np.argmax(x, axis=-1))
+  exported = jax.export.deserialize(exported.serialize())
+  assert str(exported.out_avals[-1].shape[0]) == spec.split(",")[0].strip()
+  rng = np.random.default_rng(0)
+  x = reference.fill_rows("float32", rng, shape[0], shape[1])
+  _assert_same(exported.call(x), _ref(op, x, -1), _index_dtype(), op)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_export_static_shape_lowers_to_the_handler(op):
+  """A static-shape export of a small input calls the op's CPU handler (the name from
+  _ffi.target) and runs after a serialize/deserialize round trip."""
+  handler = _ffi.target("max_with_index" if op in WITH_INDEX else "argreduce", "cpu")
+  fn = jax.jit(lambda v: _ours(op)(v, axis=0))
+  exported = jax.export.export(
+      fn, disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(handler)])(
+          jax.ShapeDtypeStruct((40, 3), jnp.bfloat16))
+  assert handler in exported.mlir_module()
+  x = reference.fill_rows("bfloat16", np.random.default_rng(1), 3, 40).T
+  _assert_same(jax.export.deserialize(exported.serialize()).call(x), _ref(op, x, 0),
+               _index_dtype(), op)

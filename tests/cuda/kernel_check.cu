@@ -1,147 +1,354 @@
-// Standalone check of the CUDA launcher, meant to run under compute-sanitizer (memcheck,
-// racecheck): buffers come from plain cudaMalloc so every out-of-bounds access is caught. Runs
-// every launch path (team with row loop, one block per row, several blocks per row) on random
-// rows with NaNs, ties and infinities planted across block boundaries, with the output and the
-// workspace poisoned before each launch, and compares with a plain reference written here
-// (float compares on decoded values, not the integer keys the kernels use).
+// Standalone check of the CUDA launcher (ffi/argreduce_kernels.h), meant to run under
+// compute-sanitizer (memcheck, racecheck): buffers come from plain cudaMalloc so every
+// out-of-bounds access is caught. For each set of plan options it runs every launch path (team
+// with the row loop, one block per row, split through the workspace with and without
+// programmatic dependent launch, clusters) on rows with NaNs (any sign and payload), ties,
+// infinities, signed zeros, subnormals and all -inf / all-lowest rows planted across block
+// boundaries, for argmax/argmin with and without the values output, int32 and int64 indices,
+// rows on and off 16-byte alignment. Outputs and the workspace are poisoned before every
+// launch; indices are compared with a reference written here (decoded float compares, not the
+// integer keys of the kernels) and values bit for bit with the element at the reference index.
+// Two launches back to back on one stream share the workspace (the second overwrites the
+// first's partials while, with PDL, kernels overlap their predecessor's tail).
 //
-// Build: nvcc -std=c++17 -arch=sm_90 -I../../ffi kernel_check.cu ../../ffi/argreduce_kernels.cu
-// Prints one line per case and "kernel_check: N cases, M mismatches"; exit 1 on a mismatch.
+// Build (repository root):
+//   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi tests/cuda/kernel_check.cu
+//        ffi/argreduce_kernels.cu ffi/launch_plan.cc -o kernel_check
+// Run: kernel_check [--clusters=0|1] [--pdl=0|1] [--quick]
+//   (default: all four option sets; --quick: one case per path, for the sanitizers)
+// Prints one line per case and "kernel_check: N cases, M mismatches"; exit 1 on a mismatch,
+// 2 on a CUDA error, 3 when a path expected under the options was never taken.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "argreduce_kernels.h"
+#include "launch_plan.h"
 
 using namespace jax_argreduce;
 
-#define CHECK(x)                                                                 \
-  do {                                                                           \
-    cudaError_t e = (x);                                                         \
-    if (e != cudaSuccess) {                                                      \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(2);                                                              \
-    }                                                                            \
+#define CHECK(x)                                                                            \
+  do {                                                                                      \
+    cudaError_t e = (x);                                                                    \
+    if (e != cudaSuccess) {                                                                 \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__);   \
+      std::exit(2);                                                                         \
+    }                                                                                       \
   } while (0)
 
-// Encode a double as the format's bits (round to nearest) and decode it back exactly.
-uint64_t Encode(Format f, double v) {
-  switch (f) {
-    case Format::kF16: { __half h = __double2half(v); uint16_t b; std::memcpy(&b, &h, 2); return b; }
-    case Format::kBF16: { __nv_bfloat16 h = __double2bfloat16(v); uint16_t b; std::memcpy(&b, &h, 2); return b; }
-    case Format::kF32: { float x = static_cast<float>(v); uint32_t b; std::memcpy(&b, &x, 4); return b; }
-    case Format::kF64: { uint64_t b; std::memcpy(&b, &v, 8); return b; }
-  }
-  return 0;
-}
+namespace {
+
+size_t Width(Format f) { return static_cast<size_t>(FormatBytes(f)); }
+
+// Decode the format's bits exactly (NaN stays NaN; subnormals are exact in double).
 double Decode(Format f, uint64_t bits) {
   switch (f) {
-    case Format::kF16: { uint16_t b = bits; __half h; std::memcpy(&h, &b, 2); return __half2float(h); }
-    case Format::kBF16: { uint32_t b = static_cast<uint32_t>(bits) << 16; float x; std::memcpy(&x, &b, 4); return x; }
-    case Format::kF32: { uint32_t b = bits; float x; std::memcpy(&x, &b, 4); return x; }
-    case Format::kF64: { double x; std::memcpy(&x, &bits, 8); return x; }
+    case Format::kF16: {
+      __half_raw raw;
+      raw.x = static_cast<uint16_t>(bits);
+      return __half2float(__half(raw));
+    }
+    case Format::kBF16: {  // bfloat16 is the top half of a float32
+      const uint32_t b = static_cast<uint32_t>(bits) << 16;
+      float x;
+      std::memcpy(&x, &b, 4);
+      return x;
+    }
+    case Format::kF32: {
+      const uint32_t b = static_cast<uint32_t>(bits);
+      float x;
+      std::memcpy(&x, &b, 4);
+      return x;
+    }
+    case Format::kF64: {
+      double x;
+      std::memcpy(&x, &bits, 8);
+      return x;
+    }
   }
   return 0;
 }
-size_t Width(Format f) { return f == Format::kF64 ? 8 : f == Format::kF32 ? 4 : 2; }
+
+// Bit layout of a format, to build special values from bit patterns.
+struct Layout {
+  int bits, mant;
+  uint64_t Sign() const { return uint64_t{1} << (bits - 1); }
+  uint64_t Inf() const { return (Sign() - 1) ^ ((uint64_t{1} << mant) - 1); }
+  uint64_t QNaN() const { return Inf() | (uint64_t{1} << (mant - 1)); }
+  uint64_t MaxFinite() const { return Inf() - 1; }
+  uint64_t MantMask() const { return (uint64_t{1} << mant) - 1; }
+};
+Layout LayoutOf(Format f) {
+  switch (f) {
+    case Format::kF16: return {16, 10};
+    case Format::kBF16: return {16, 7};
+    case Format::kF32: return {32, 23};
+    case Format::kF64: return {64, 52};
+  }
+  return {32, 23};
+}
+
+// Round to nearest in the format (finite values only: special values are built from bits).
+uint64_t FromDouble(Format f, double v) {
+  switch (f) {
+    case Format::kF16: return static_cast<__half_raw>(__double2half(v)).x;
+    case Format::kBF16: return static_cast<__nv_bfloat16_raw>(__double2bfloat16(v)).x;
+    case Format::kF32: {
+      const float x = static_cast<float>(v);
+      uint32_t b;
+      std::memcpy(&b, &x, 4);
+      return b;
+    }
+    case Format::kF64: {
+      uint64_t b;
+      std::memcpy(&b, &v, 8);
+      return b;
+    }
+  }
+  return 0;
+}
 
 // numpy's rule: the first NaN if any, else the first maximum (minimum); -0 == +0.
 int64_t Reference(const std::vector<double>& row, bool is_min) {
   int64_t best = 0;
   for (size_t i = 0; i < row.size(); ++i) {
-    if (std::isnan(row[i])) return i;
-    if (is_min ? row[i] < row[best] : row[i] > row[best]) best = i;
+    if (std::isnan(row[i])) return static_cast<int64_t>(i);
+    if (is_min ? row[i] < row[best] : row[i] > row[best]) best = static_cast<int64_t>(i);
   }
   return best;
 }
 
-int main() {
-  std::mt19937_64 rng(20261130);
+// Fills one row (bits) with one of the special-value patterns.
+void FillRow(Format f, std::mt19937_64& rng, uint64_t* row, int64_t cols) {
+  const Layout L = LayoutOf(f);
   std::normal_distribution<double> normal;
-  const size_t ws_bytes = kArgReduceWorkspaceBytes;
+  auto pos = [&]() { return static_cast<int64_t>(rng() % cols); };
+  auto sign = [&]() { return (rng() & 1) ? L.Sign() : 0; };
+  auto nan = [&]() {  // quiet or signalling, any payload, either sign
+    const uint64_t payload = 1 + rng() % L.MantMask();
+    return ((rng() % 3 == 0) ? L.QNaN() : (L.Inf() | payload)) | sign();
+  };
+  for (int64_t i = 0; i < cols; ++i) row[i] = FromDouble(f, normal(rng));
+  switch (static_cast<int>(rng() % 10)) {
+    case 1: for (int k = 0; k < 3; ++k) row[pos()] = nan(); break;             // NaNs anywhere
+    case 2: {                                                                  // ties far apart
+      const uint64_t hi = FromDouble(f, 1e4), lo = FromDouble(f, -1e4);
+      for (int k = 0; k < 3; ++k) { row[pos()] = hi; row[pos()] = lo; }
+      break;
+    }
+    case 3: for (int64_t i = 0; i < cols; ++i) row[i] = L.Inf() | L.Sign(); break;  // all -inf
+    case 4: for (int64_t i = 0; i < cols; ++i) row[i] = sign(); break;               // ±0 only
+    case 5: row[pos()] = L.Inf(); row[pos()] = L.Inf() | L.Sign(); break;
+    case 6:  // subnormals (k * the smallest, k <= 5: close values and ties), ±0 among none
+      for (int64_t i = 0; i < cols; ++i) row[i] = (1 + rng() % 5) | sign();
+      break;
+    case 7: for (int64_t i = 0; i < cols; ++i) row[i] = L.MaxFinite() | L.Sign(); break;  // lowest
+    case 8: for (int64_t i = 0; i < cols; ++i) row[i] = nan(); break;                // all NaN
+    case 9: row[cols - 1] = nan(); break;                                            // last column
+    default: break;
+  }
+}
+
+struct Options {
+  std::vector<PlanOptions> sets;
+  bool quick = false;
+};
+
+Options ParseArgs(int argc, char** argv) {
+  int clusters = -1, pdl = -1;
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--clusters=", 0) == 0) clusters = std::atoi(a.c_str() + 11);
+    else if (a.rfind("--pdl=", 0) == 0) pdl = std::atoi(a.c_str() + 6);
+    else if (a == "--quick") o.quick = true;
+    else { std::printf("unknown argument %s\n", a.c_str()); std::exit(4); }
+  }
+  for (int c = 0; c < 2; ++c) {
+    for (int p = 0; p < 2; ++p) {
+      if ((clusters < 0 || clusters == c) && (pdl < 0 || pdl == p)) {
+        PlanOptions opt;
+        opt.clusters = c != 0;
+        opt.pdl = p != 0;
+        o.sets.push_back(opt);
+      }
+    }
+  }
+  return o;
+}
+
+struct Case { int64_t rows, cols; };
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options args = ParseArgs(argc, argv);
+  int device = 0;
+  CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, device));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const size_t ws_bytes = kWorkspaceBytes;
   void* d_ws = nullptr;
   CHECK(cudaMalloc(&d_ws, ws_bytes));
-  struct Case { int64_t rows, cols; };
-  // Team path with rows looped (400000 x 5: more rows than threads in the wave), team 32,
-  // one block per row, clusters (or, with JAX_ARGREDUCE_DISABLE_CLUSTERS=1, several blocks per
-  // row through the workspace + done counter) incl. a row longer than one scan step, small
-  // clusters for up to one row per SM (100 x 20001), odd widths.
-  const Case cases[] = {{400000, 5}, {70001, 3}, {4096, 8}, {3, 1}, {5, 2}, {1000, 1023},
-                        {300, 4097}, {1, 202049}, {2, 202047}, {8, 131073}, {1, 1 << 21},
-                        {40, 65535}, {100, 20001}};
+  // Team with the row loop (400000 x 5: more rows than threads in one wave) and team widths
+  // 1..32, one block per row (300 x 4097, 150 x 30001), few wide rows (split or clusters) incl.
+  // a row longer than one scan step (1 x 2^21), up to one row per SM (100 x 20001, 132 x
+  // 20001), odd widths.
+  std::vector<Case> cases = {{400000, 5}, {70001, 3}, {4096, 8},    {3, 1},      {5, 2},
+                             {1000, 1023}, {300, 4097}, {150, 30001}, {1, 202049}, {2, 202047},
+                             {8, 131073}, {1, 1 << 21}, {40, 65535},  {100, 20001}, {132, 20001},
+                             {64, 32000}};
+  if (args.quick) {  // one case per path (under compute-sanitizer)
+    cases = {{400000, 5}, {4096, 8}, {300, 4097}, {1, 202049}, {8, 131073}, {100, 20001}};
+  }
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
-  int total = 0, bad = 0;
-  for (const Case& c : cases) {
-    for (Format f : formats) {
-      // Every second case starts the rows one element off 16-byte alignment.
-      const int64_t offset = (total % 2) ? 1 : 0;
-      const int64_t n = c.rows * c.cols;
-      std::vector<double> values(n);
-      for (auto& v : values) v = normal(rng);
-      for (int64_t r = 0; r < c.rows; ++r) {
-        double* row = values.data() + r * c.cols;
-        const int kind = static_cast<int>(rng() % 6);
-        auto pos = [&]() { return static_cast<int64_t>(rng() % c.cols); };
-        if (kind == 1) { row[pos()] = NAN; row[pos()] = -NAN; }               // NaNs anywhere
-        if (kind == 2) { const double m = 1e4; row[pos()] = m; row[pos()] = m; row[pos()] = -m; row[pos()] = -m; }  // ties
-        if (kind == 3) { for (int64_t i = 0; i < c.cols; ++i) row[i] = -INFINITY; }
-        if (kind == 4) { for (int64_t i = 0; i < c.cols; ++i) row[i] = (i % 2) ? 0.0 : -0.0; }
-        if (kind == 5) { row[pos()] = INFINITY; row[pos()] = -INFINITY; }
-      }
-      std::vector<uint8_t> host((n + offset) * Width(f));
-      std::vector<std::vector<double>> rows_decoded(c.rows);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint64_t bits = Encode(f, values[i]);
-        std::memcpy(host.data() + (i + offset) * Width(f), &bits, Width(f));
-        rows_decoded[i / c.cols].push_back(Decode(f, bits));
-      }
-      void* d_x = nullptr;
-      void* d_out = nullptr;
-      CHECK(cudaMalloc(&d_x, host.size()));
-      CHECK(cudaMalloc(&d_out, c.rows * 8));
-      CHECK(cudaMemcpy(d_x, host.data(), host.size(), cudaMemcpyHostToDevice));
-      for (int is_min = 0; is_min < 2; ++is_min) {
-        for (int idx64 = 0; idx64 < 2; ++idx64) {
-          CHECK(cudaMemset(d_out, 0x7F, c.rows * 8));  // poison
-          CHECK(cudaMemset(d_ws, 0xAB, ws_bytes));    // garbage counters and partials
-          const void* x = static_cast<const uint8_t*>(d_x) + offset * Width(f);
-          CHECK(LaunchArgReduce(0, f, is_min, x, c.rows, c.cols, d_out, idx64, d_ws, ws_bytes));
-          CHECK(cudaDeviceSynchronize());
-          std::vector<int64_t> out64(c.rows);
-          std::vector<int32_t> out32(c.rows);
-          if (idx64) CHECK(cudaMemcpy(out64.data(), d_out, c.rows * 8, cudaMemcpyDeviceToHost));
-          else CHECK(cudaMemcpy(out32.data(), d_out, c.rows * 4, cudaMemcpyDeviceToHost));
-          int case_bad = 0;
-          for (int64_t r = 0; r < c.rows; ++r) {
-            const int64_t got = idx64 ? out64[r] : out32[r];
-            const int64_t want = Reference(rows_decoded[r], is_min);
-            if (got != want && case_bad++ < 3) {
-              std::printf("  MISMATCH rows=%lld cols=%lld fmt=%d min=%d row=%lld got=%lld want=%lld\n",
-                          (long long)c.rows, (long long)c.cols, (int)f, is_min, (long long)r,
-                          (long long)got, (long long)want);
+  std::mt19937_64 rng(20261130);
+  int total = 0, bad = 0, missing = 0;
+
+  for (const PlanOptions& options : args.sets) {
+    std::set<Path> taken;
+    std::printf("== options clusters=%d pdl=%d (device %d, %s, %d SMs, cc %d.%d)\n",
+                options.clusters, options.pdl, device, prop.name, prop.multiProcessorCount,
+                prop.major, prop.minor);
+    for (const Case& c : cases) {
+      for (Format f : formats) {
+        const size_t w = Width(f);
+        // Every second case starts the rows one element off 16-byte alignment.
+        const int64_t offset = (total % 2) ? 1 : 0;
+        const int64_t n = c.rows * c.cols;
+        // Two inputs: launched back to back on one stream, sharing the workspace.
+        std::vector<std::vector<uint8_t>> host(2, std::vector<uint8_t>((n + offset) * w));
+        std::vector<std::vector<uint64_t>> bits(2, std::vector<uint64_t>(n));
+        for (int k = 0; k < 2; ++k) {
+          for (int64_t r = 0; r < c.rows; ++r) FillRow(f, rng, bits[k].data() + r * c.cols, c.cols);
+          for (int64_t i = 0; i < n; ++i) {
+            std::memcpy(host[k].data() + (i + offset) * w, &bits[k][i], w);
+          }
+        }
+        void* d_x[2] = {nullptr, nullptr};
+        void* d_idx[2] = {nullptr, nullptr};
+        void* d_val[2] = {nullptr, nullptr};
+        for (int k = 0; k < 2; ++k) {
+          CHECK(cudaMalloc(&d_x[k], host[k].size()));
+          CHECK(cudaMalloc(&d_idx[k], c.rows * 8));
+          CHECK(cudaMalloc(&d_val[k], c.rows * w));
+          CHECK(cudaMemcpy(d_x[k], host[k].data(), host[k].size(), cudaMemcpyHostToDevice));
+        }
+        LaunchPlan plan;
+        for (int is_min = 0; is_min < 2; ++is_min) {
+          CHECK(PlanArgReduce(device, options, f, is_min, c.rows, c.cols, &plan));
+          taken.insert(plan.path);
+          // Reference indices per input and row.
+          std::vector<std::vector<int64_t>> want(2, std::vector<int64_t>(c.rows));
+          for (int k = 0; k < 2; ++k) {
+            std::vector<double> row(c.cols);
+            for (int64_t r = 0; r < c.rows; ++r) {
+              for (int64_t i = 0; i < c.cols; ++i) row[i] = Decode(f, bits[k][r * c.cols + i]);
+              want[k][r] = Reference(row, is_min);
             }
           }
-          LaunchPlan plan;
-          CHECK(PlanArgReduce(f, is_min, c.rows, c.cols, &plan));
-          std::printf("%-8lld x %-8lld fmt=%d min=%d i64=%d off=%lld team=%d bpr=%d grid=%lld: %s\n",
-                      (long long)c.rows, (long long)c.cols, (int)f, is_min, idx64,
-                      (long long)offset, plan.team, plan.blocks_per_row, (long long)plan.grid,
-                      case_bad ? "FAIL" : "ok");
-          ++total;
-          bad += case_bad != 0;
+          for (int variant = 0; variant < 4; ++variant) {  // bit 0: int64 indices, bit 1: values
+            const bool idx64 = variant & 1;
+            const bool with_values = variant & 2;
+            for (int k = 0; k < 2; ++k) {
+              CHECK(cudaMemsetAsync(d_idx[k], 0x7F, c.rows * 8, stream));  // poison
+              CHECK(cudaMemsetAsync(d_val[k], 0x5A, c.rows * w, stream));
+            }
+            CHECK(cudaMemsetAsync(d_ws, 0xAB, ws_bytes, stream));  // garbage partials
+            for (int k = 0; k < 2; ++k) {
+              const void* x = static_cast<const uint8_t*>(d_x[k]) + offset * w;
+              CHECK(LaunchArgReduce(stream, device, options, f, is_min, x, c.rows, c.cols,
+                                    d_idx[k], idx64, with_values ? d_val[k] : nullptr, d_ws,
+                                    ws_bytes));
+            }
+            CHECK(cudaStreamSynchronize(stream));
+            int case_bad = 0;
+            for (int k = 0; k < 2; ++k) {
+              std::vector<uint8_t> idx_host(c.rows * 8), val_host(c.rows * w);
+              CHECK(cudaMemcpy(idx_host.data(), d_idx[k], c.rows * 8, cudaMemcpyDeviceToHost));
+              CHECK(cudaMemcpy(val_host.data(), d_val[k], c.rows * w, cudaMemcpyDeviceToHost));
+              for (int64_t r = 0; r < c.rows; ++r) {
+                int64_t got = 0;
+                if (idx64) {
+                  std::memcpy(&got, idx_host.data() + r * 8, 8);
+                } else {
+                  int32_t g32;
+                  std::memcpy(&g32, idx_host.data() + r * 4, 4);
+                  got = g32;
+                }
+                const int64_t want_index = want[k][r];
+                uint64_t got_bits = 0, want_bits = bits[k][r * c.cols + want_index];
+                std::memcpy(&got_bits, val_host.data() + r * w, w);
+                uint64_t poison = 0;
+                std::memset(&poison, 0x5A, w);
+                const bool index_ok = got == want_index;
+                const bool value_ok = with_values ? got_bits == want_bits : got_bits == poison;
+                if ((!index_ok || !value_ok) && case_bad++ < 3) {
+                  std::printf("  MISMATCH rows=%lld cols=%lld fmt=%d min=%d input=%d row=%lld "
+                              "index got=%lld want=%lld value bits got=%#llx want=%#llx%s\n",
+                              (long long)c.rows, (long long)c.cols, (int)f, is_min, k,
+                              (long long)r, (long long)got, (long long)want_index,
+                              (unsigned long long)got_bits, (unsigned long long)want_bits,
+                              with_values ? "" : " (values not requested: must stay poisoned)");
+                }
+              }
+            }
+            // Everything past the plan's workspace must be untouched.
+            if (plan.workspace_bytes + 16 < ws_bytes) {
+              std::vector<uint8_t> tail(ws_bytes - plan.workspace_bytes - 16);
+              CHECK(cudaMemcpy(tail.data(),
+                               static_cast<uint8_t*>(d_ws) + plan.workspace_bytes + 16,
+                               tail.size(), cudaMemcpyDeviceToHost));
+              for (uint8_t b : tail) {
+                if (b != 0xAB) {
+                  if (case_bad++ < 3) std::printf("  workspace written past the plan's bytes\n");
+                  break;
+                }
+              }
+            }
+            std::printf("%-7lld x %-8lld fmt=%d min=%d i64=%d values=%d off=%lld path=%s "
+                        "team=%d parts=%d grid=%lld block=%d pdl=%d ws=%zu: %s\n",
+                        (long long)c.rows, (long long)c.cols, (int)f, is_min, idx64,
+                        with_values, (long long)offset, PathName(plan.path), plan.team,
+                        plan.parts, (long long)plan.grid, plan.block, plan.pdl,
+                        plan.workspace_bytes, case_bad ? "FAIL" : "ok");
+            ++total;
+            bad += case_bad != 0;
+          }
+        }
+        for (int k = 0; k < 2; ++k) {
+          CHECK(cudaFree(d_x[k]));
+          CHECK(cudaFree(d_idx[k]));
+          CHECK(cudaFree(d_val[k]));
         }
       }
-      CHECK(cudaFree(d_x));
-      CHECK(cudaFree(d_out));
+    }
+    // The paths these options must reach (on sm_90 with clusters the few-wide-row cases go to
+    // clusters; without, to the split path; PDL where the device has it).
+    std::vector<Path> expect = {Path::kTeam, Path::kBlock};
+    const bool cluster_capable = prop.major >= 9;
+    expect.push_back(options.clusters && cluster_capable ? Path::kCluster : Path::kSplit);
+    for (Path p : expect) {
+      if (!taken.count(p)) {
+        std::printf("  path %s never taken with clusters=%d pdl=%d\n", PathName(p),
+                    options.clusters, options.pdl);
+        ++missing;
+      }
     }
   }
   CHECK(cudaFree(d_ws));
-  std::printf("kernel_check: %d cases, %d mismatches\n", total, bad);
-  return bad ? 1 : 0;
+  CHECK(cudaStreamDestroy(stream));
+  std::printf("kernel_check: %d cases, %d mismatches, %d paths missing\n", total, bad, missing);
+  return bad ? 1 : missing ? 3 : 0;
 }

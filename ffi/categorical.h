@@ -1,0 +1,212 @@
+// The fused Gumbel-max sampler's hooks for the row-reduce core (SPEC §1c), host and device:
+// a key policy whose key is the order key of y = logit * (1/T) + G(key, row, column), computed
+// in float32 (float64 for float64 logits), and an epilogue that stores the index and the row's
+// largest y (the "noisy maximum" a vocab shard contributes to the cross-shard combine).
+//
+// Bit-identical on CPU and GPU: the logit is widened exactly, 1/T is one correctly rounded
+// division per row, and y = fl(fl(logit * inv_t) + G) uses the non-contracting helpers of
+// gumbel.h, whose G is itself bit-identical. The key is order.h's argmax key of y, so a NaN
+// logit (NaN y) wins as in argmax, -inf logits (y = -inf) never win unless the whole row is
+// -inf (then the lowest index), and ties go to the lowest column.
+//
+// Rows with T == 0 (or T so small that 1/T overflows) are exactly argmax: y = logit, no noise.
+// Infinite logits stay infinite whatever T is. The noise never depends on launch
+// geometry: the counter is (global row among its key's rows, global column).
+//
+// Skipping: G(bits) <= GumbelUpperBound(bits) (no log), and fl(a + G) <= fl(a + bound) by the
+// monotonicity of rounding, so an element whose bound key does not beat the running best
+// (which has a lower column: it wins ties) cannot win; its logs are not computed.
+#ifndef JAX_ARGREDUCE_FFI_CATEGORICAL_H_
+#define JAX_ARGREDUCE_FFI_CATEGORICAL_H_
+
+#include <cstdint>
+#include <type_traits>
+
+#include "gumbel.h"
+#include "order.h"
+
+namespace jax_argreduce {
+namespace categorical_detail {
+
+// The logit widened exactly to the noise's type.
+template <Format F>
+JAX_ARGREDUCE_HD auto Widen(typename FormatTraits<F>::Bits bits) {
+  using gumbel_detail::AsDouble;
+  using gumbel_detail::AsFloat;
+  if constexpr (F == Format::kF64) {
+    return AsDouble(bits);
+  } else if constexpr (F == Format::kF32) {
+    return AsFloat(bits);
+  } else if constexpr (F == Format::kBF16) {
+    return AsFloat(static_cast<uint32_t>(bits) << 16);
+  } else {  // float16: rebias the exponent; subnormals are exact multiples of 2^-24
+    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+    const uint32_t exponent = (bits >> 10) & 0x1Fu;
+    const uint32_t mantissa = bits & 0x3FFu;
+    if (exponent == 0x1Fu) return AsFloat(sign | 0x7F800000u | (mantissa << 13));  // inf, NaN
+    if (exponent != 0) return AsFloat(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+    const float magnitude =
+        gumbel_detail::Mul(static_cast<float>(mantissa), 0x1p-24f);  // exact
+    return AsFloat(sign | gumbel_detail::AsBits(magnitude));
+  }
+}
+
+JAX_ARGREDUCE_HD float Reciprocal(float t) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(1.0f, t);
+#else
+  return 1.0f / t;
+#endif
+}
+JAX_ARGREDUCE_HD double Reciprocal(double t) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(1.0, t);
+#else
+  return 1.0 / t;
+#endif
+}
+
+JAX_ARGREDUCE_HD bool IsInf(float x) {
+  return (gumbel_detail::AsBits(x) & 0x7FFFFFFFu) == 0x7F800000u;
+}
+JAX_ARGREDUCE_HD bool IsInf(double x) {
+  return (gumbel_detail::AsBits(x) & 0x7FFFFFFFFFFFFFFFull) == 0x7FF0000000000000ull;
+}
+
+}  // namespace categorical_detail
+
+template <Format F>
+struct GumbelKeyPolicy {
+  static constexpr Format kFormat = F;
+  static constexpr bool kBitsOnly = false;  // the key depends on the column
+  static constexpr bool kIsMinOrder = false;
+  using Bits = typename FormatTraits<F>::Bits;
+  static constexpr Format kNoiseFormat = F == Format::kF64 ? Format::kF64 : Format::kF32;
+  using Noise = std::conditional_t<F == Format::kF64, double, float>;
+  using Key = typename FormatTraits<kNoiseFormat>::Key;
+
+  const uint32_t* keys;       // [num_keys, 2]: key k covers rows [k, k+1) * rows_per_key
+  int64_t rows_per_key;       // rows / num_keys
+  const Noise* temperature;   // [1] or [rows]
+  bool temperature_per_row;
+  // [2]: (row offset, column offset) of this call's block in the global logits (shards): a
+  // row's counter is row offset + its position among its key's rows; a column's counter is
+  // column offset + column.
+  const int32_t* offsets;
+
+  struct Row {
+    uint32_t k0, k1;
+    uint64_t counter_row;  // the row's position among its key's rows
+    Noise inv_t;
+    bool greedy;           // T == 0: plain argmax of the logits
+    uint32_t col_offset;
+
+    JAX_ARGREDUCE_HD static Key KeyOf(Noise y) {
+      return OrderedKey<kNoiseFormat, false>(gumbel_detail::AsBits(y));
+    }
+
+    // Visits kN consecutive elements from column `first` in increasing column order, keeping
+    // the running best (strict '>': the lowest column keeps a tie).
+    template <int kN>
+    JAX_ARGREDUCE_HD void Visit(const Bits* elements, int32_t first, Key& best,
+                                int32_t& best_index) const {
+      using namespace gumbel_detail;
+      if (greedy) {
+        for (int j = 0; j < kN; ++j) {
+          const Key key = KeyOf(categorical_detail::Widen<F>(elements[j]));
+          if (key > best) {
+            best = key;
+            best_index = first + j;
+          }
+        }
+        return;
+      }
+      constexpr uint32_t kPerBlock = F == Format::kF64 ? 2 : 4;  // columns per Philox call
+      uint32_t block_index = 0xFFFFFFFFu;
+      Philox4x32Block block{};
+      for (int j = 0; j < kN; ++j) {
+        const uint32_t col = col_offset + static_cast<uint32_t>(first + j);
+        if (col / kPerBlock != block_index) {
+          block_index = col / kPerBlock;
+          block = F == Format::kF64 ? GumbelBitsPairF64(k0, k1, counter_row, block_index)
+                                    : GumbelBitsGroupF32(k0, k1, counter_row, block_index);
+        }
+        const uint32_t i = col % kPerBlock;
+        // ±inf logits stay ±inf whatever 1/T is (T = inf would make them NaN).
+        const Noise logit = categorical_detail::Widen<F>(elements[j]);
+        const Noise a = categorical_detail::IsInf(logit) ? logit : Mul(logit, inv_t);
+        Noise g;
+        if constexpr (F == Format::kF64) {
+          const uint64_t bits = GumbelBitsF64(block, i);
+          if (KeyOf(Add(a, GumbelUpperBoundF64(bits))) <= best) continue;
+          g = GumbelFromBitsF64(bits);
+        } else {
+          const uint32_t bits = i == 0 ? block.v[0] : i == 1 ? block.v[1] : i == 2 ? block.v[2]
+                                                                                 : block.v[3];
+          if (KeyOf(Add(a, GumbelUpperBoundF32(bits))) <= best) continue;
+          g = GumbelFromBitsF32(bits);
+        }
+        const Key key = KeyOf(Add(a, g));
+        if (key > best) {
+          best = key;
+          best_index = first + j;
+        }
+      }
+    }
+
+    JAX_ARGREDUCE_HD Key operator()(Bits bits, int32_t col) const {
+      Key best = KeyLimits<Key>::kLowest;
+      int32_t index = 0;
+      Visit<1>(&bits, col, best, index);
+      return best;
+    }
+  };
+
+  JAX_ARGREDUCE_HD Row ForRow(int64_t row) const {
+    const int64_t k = row / rows_per_key;
+    const Noise t = temperature[temperature_per_row ? row : 0];
+    Row r;
+    r.k0 = keys[2 * k];
+    r.k1 = keys[2 * k + 1];
+    r.counter_row =
+        static_cast<uint64_t>(offsets[0]) + static_cast<uint64_t>(row - k * rows_per_key);
+    r.inv_t = t == Noise(0) ? Noise(0) : categorical_detail::Reciprocal(t);
+    // T == 0, or so small that 1/T overflows: the T -> 0 limit, plain argmax.
+    r.greedy = t == Noise(0) || categorical_detail::IsInf(r.inv_t);
+    r.col_offset = static_cast<uint32_t>(offsets[1]);
+    return r;
+  }
+};
+
+// Stores the index and the row's largest y (the noisy maximum), decoded from its key: a NaN
+// key gives a quiet NaN, -0 comes back as +0 (they tie anyway).
+struct NoisyMaxEpilogue {
+  void* indices;  // [rows] int32 or int64
+  bool index_is_int64;
+  void* values;   // [rows] float32 (float64 for float64 logits)
+
+  template <class Bits, class Key>
+  JAX_ARGREDUCE_HD void operator()(int64_t row, ArgPair<Key> best, const Bits* /*row_data*/) const {
+    if (index_is_int64) {
+      static_cast<int64_t*>(indices)[row] = best.index;
+    } else {
+      static_cast<int32_t*>(indices)[row] = best.index;
+    }
+    if constexpr (sizeof(Key) == 8) {
+      const uint64_t bits = best.key == KeyLimits<int64_t>::kNaN ? 0x7FF8000000000000ull
+                            : best.key >= 0 ? static_cast<uint64_t>(best.key)
+                                            : (0x8000000000000000ull |
+                                               static_cast<uint64_t>(-best.key));
+      static_cast<uint64_t*>(values)[row] = bits;
+    } else {
+      const uint32_t bits = best.key == KeyLimits<int32_t>::kNaN ? 0x7FC00000u
+                            : best.key >= 0 ? static_cast<uint32_t>(best.key)
+                                            : (0x80000000u | static_cast<uint32_t>(-best.key));
+      static_cast<uint32_t*>(values)[row] = bits;
+    }
+  }
+};
+
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_CATEGORICAL_H_

@@ -1,0 +1,103 @@
+// CPU FFI shims: validate and decode the buffers (ffi_common.h), then run the CPU row-reduce
+// core (cpu_reduce.h) with the op's key policy and epilogue, on XLA's intra-op thread pool. Same semantics as the CUDA
+// kernels, so CI without a GPU exercises the whole JAX stack.
+#include <string>
+
+#include "categorical.h"
+#include "cpu_reduce.h"
+#include "ffi_common.h"
+#include "handlers.h"
+#include "reduce_hooks.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_argreduce {
+namespace {
+
+namespace ffi = xla::ffi;
+
+// Elements per thread-pool task: the order-key scan runs at memory speed (~0.1 ns/element), so
+// only large inputs are split (cpu_row_reduce.h); the sampler computes ~25 ns/element.
+constexpr int64_t kArgReduceElementsPerTask = int64_t{1} << 20;
+constexpr int64_t kCategoricalElementsPerTask = int64_t{1} << 14;
+
+// argmax/argmin (values == nullptr) and max_with_index/min_with_index.
+ffi::Error ArgReduceRows(ffi::ThreadPool& pool, const ffi::AnyBuffer& x,
+                         ffi::AnyBuffer& indices,
+                         ffi::AnyBuffer* values, bool is_min, const std::string& op) {
+  auto view = DecodeRows(x, indices, values, op);
+  if (!view.has_value()) return view.error();
+  const IndexValueEpilogue epilogue{indices.untyped_data(),
+                                    indices.element_type() == ffi::DataType::S64,
+                                    values == nullptr ? nullptr : values->untyped_data()};
+  DispatchFormat(view->format, is_min, [&](auto f, auto m) {
+    using Policy = OrderKeyPolicy<decltype(f)::value, decltype(m)::value>;
+    ReduceRowsCpu(pool, static_cast<const typename Policy::Bits*>(view->data), view->rows,
+                  view->cols, Policy{}, epilogue, kArgReduceElementsPerTask);
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error ArgReduceCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
+                            ffi::Result<ffi::AnyBuffer> indices, bool is_min) {
+  return ArgReduceRows(pool, x, *indices, nullptr, is_min, "jax_argreduce argreduce (cpu)");
+}
+
+ffi::Error MaxWithIndexCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
+                               ffi::Result<ffi::AnyBuffer> values,
+                               ffi::Result<ffi::AnyBuffer> indices, bool is_min) {
+  return ArgReduceRows(pool, x, *indices, &*values, is_min, "jax_argreduce max_with_index (cpu)");
+}
+
+ffi::Error CategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys, ffi::AnyBuffer logits,
+                              ffi::AnyBuffer temperature, ffi::AnyBuffer offsets,
+                              ffi::Result<ffi::AnyBuffer> noisy_max,
+                              ffi::Result<ffi::AnyBuffer> indices) {
+  const std::string op = "jax_argreduce categorical (cpu)";
+  auto view = DecodeRows(logits, *indices, nullptr, op);
+  if (!view.has_value()) return view.error();
+  auto sampler = DecodeSampler(*view, keys, temperature, offsets, *noisy_max, op);
+  if (!sampler.has_value()) return sampler.error();
+  const NoisyMaxEpilogue epilogue{indices->untyped_data(),
+                                  indices->element_type() == ffi::DataType::S64,
+                                  noisy_max->untyped_data()};
+  DispatchFormat(view->format, false, [&](auto f, auto) {
+    using Policy = GumbelKeyPolicy<decltype(f)::value>;
+    const Policy policy{static_cast<const uint32_t*>(keys.untyped_data()),
+                        view->rows / sampler->num_keys,
+                        static_cast<const typename Policy::Noise*>(temperature.untyped_data()),
+                        sampler->temperature_per_row,
+                        static_cast<const int32_t*>(offsets.untyped_data())};
+    ReduceRowsCpu(pool, static_cast<const typename Policy::Bits*>(view->data), view->rows,
+                  view->cols, policy, epilogue, kCategoricalElementsPerTask);
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ArgReduceCpu, ArgReduceCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()  // XLA's intra-op thread pool
+                                  .Arg<ffi::AnyBuffer>()   // x: [..., cols] float array
+                                  .Ret<ffi::AnyBuffer>()   // indices: [...] int32 or int64
+                                  .Attr<bool>("is_min"));  // argmin instead of argmax
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxWithIndexCpu, MaxWithIndexCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()  // XLA's intra-op thread pool
+                                  .Arg<ffi::AnyBuffer>()   // x: [..., cols] float array
+                                  .Ret<ffi::AnyBuffer>()   // values: [...] x's dtype
+                                  .Ret<ffi::AnyBuffer>()   // indices: [...] int32 or int64
+                                  .Attr<bool>("is_min"));  // min_with_index instead
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CategoricalCpu, CategoricalCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()  // XLA's intra-op thread pool
+                                  .Arg<ffi::AnyBuffer>()   // keys: [num_keys, 2] uint32
+                                  .Arg<ffi::AnyBuffer>()   // logits: [..., cols] float array
+                                  .Arg<ffi::AnyBuffer>()   // temperature: [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()   // offsets: [2] int32 (row, col)
+                                  .Ret<ffi::AnyBuffer>()   // noisy_max: [...] float32/64
+                                  .Ret<ffi::AnyBuffer>());  // indices: [...] int32 or int64
+
+}  // namespace jax_argreduce

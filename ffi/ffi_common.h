@@ -1,0 +1,114 @@
+// Buffer validation shared by the CPU and CUDA FFI shims: decodes the input into a
+// [rows, cols] view (the reduction axis is the last one) and checks the index (and value)
+// outputs. Kernels and the CPU loop trust what comes out of here.
+#ifndef JAX_ARGREDUCE_FFI_FFI_COMMON_H_
+#define JAX_ARGREDUCE_FFI_FFI_COMMON_H_
+
+#include <cstdint>
+#include <string>
+
+#include "order.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_argreduce {
+
+struct RowView {
+  const void* data;
+  Format format;
+  int64_t rows;  // product of all but the last dimension (64-bit: arrays may exceed 2^31)
+  int64_t cols;  // length of the reduction axis, 1 <= cols <= INT32_MAX
+};
+
+// `values`, when given, must be one element of x's dtype per row.
+inline xla::ffi::ErrorOr<RowView> DecodeRows(const xla::ffi::AnyBuffer& x,
+                                             const xla::ffi::AnyBuffer& indices,
+                                             const xla::ffi::AnyBuffer* values,
+                                             const std::string& op) {
+  namespace ffi = xla::ffi;
+  auto invalid = [&](const std::string& what) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(op + ": " + what));
+  };
+  RowView view{x.untyped_data(), Format::kF32, 1, 0};
+  switch (x.element_type()) {
+    case ffi::DataType::F16: view.format = Format::kF16; break;
+    case ffi::DataType::BF16: view.format = Format::kBF16; break;
+    case ffi::DataType::F32: view.format = Format::kF32; break;
+    case ffi::DataType::F64: view.format = Format::kF64; break;
+    default: return invalid("input must be float16, bfloat16, float32 or float64");
+  }
+  const auto dims = x.dimensions();
+  if (dims.size() == 0) return invalid("input must have rank >= 1");
+  view.cols = dims.back();
+  for (size_t i = 0; i + 1 < dims.size(); ++i) view.rows *= dims[i];
+  if (view.cols < 1 || view.cols > INT32_MAX) {
+    return invalid("reduction axis length must be in [1, 2^31 - 1], got " +
+                   std::to_string(view.cols));
+  }
+  const auto index_type = indices.element_type();
+  if (index_type != ffi::DataType::S32 && index_type != ffi::DataType::S64) {
+    return invalid("indices must be int32 or int64");
+  }
+  if (static_cast<int64_t>(indices.element_count()) != view.rows) {
+    return invalid("indices must have one element per row (" + std::to_string(view.rows) +
+                   "), got " + std::to_string(indices.element_count()));
+  }
+  if (values != nullptr) {
+    if (values->element_type() != x.element_type()) {
+      return invalid("values must have the input's dtype");
+    }
+    if (static_cast<int64_t>(values->element_count()) != view.rows) {
+      return invalid("values must have one element per row (" + std::to_string(view.rows) +
+                     "), got " + std::to_string(values->element_count()));
+    }
+  }
+  return view;
+}
+
+// The sampler's extra operands: keys [num_keys, 2] uint32 with rows a multiple of num_keys,
+// temperature (float32; float64 for float64 logits) of 1 or rows elements, two int32
+// offsets (row, column), and the noisy maxima (the temperature's dtype, one per row).
+struct SamplerView {
+  int64_t num_keys;
+  bool temperature_per_row;
+};
+
+inline xla::ffi::ErrorOr<SamplerView> DecodeSampler(const RowView& view,
+                                                    const xla::ffi::AnyBuffer& keys,
+                                                    const xla::ffi::AnyBuffer& temperature,
+                                                    const xla::ffi::AnyBuffer& offsets,
+                                                    const xla::ffi::AnyBuffer& noisy_max,
+                                                    const std::string& op) {
+  namespace ffi = xla::ffi;
+  auto invalid = [&](const std::string& what) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(op + ": " + what));
+  };
+  const auto key_dims = keys.dimensions();
+  if (keys.element_type() != ffi::DataType::U32 || key_dims.size() != 2 || key_dims[1] != 2 ||
+      key_dims[0] < 1) {
+    return invalid("keys must be uint32 [num_keys, 2]");
+  }
+  SamplerView sampler{key_dims[0], false};
+  if (view.rows % sampler.num_keys != 0) {
+    return invalid("rows (" + std::to_string(view.rows) + ") must be a multiple of num_keys (" +
+                   std::to_string(sampler.num_keys) + ")");
+  }
+  const auto noise_type = view.format == Format::kF64 ? ffi::DataType::F64 : ffi::DataType::F32;
+  const int64_t t_count = static_cast<int64_t>(temperature.element_count());
+  if (temperature.element_type() != noise_type || (t_count != 1 && t_count != view.rows)) {
+    return invalid("temperature must be float32 (float64 for float64 logits) of 1 or rows "
+                   "elements");
+  }
+  sampler.temperature_per_row = t_count != 1;
+  if (offsets.element_type() != ffi::DataType::S32 || offsets.element_count() != 2) {
+    return invalid("offsets must be two int32 (row offset, column offset)");
+  }
+  if (noisy_max.element_type() != noise_type ||
+      static_cast<int64_t>(noisy_max.element_count()) != view.rows) {
+    return invalid("noisy_max must have the temperature's dtype, one element per row");
+  }
+  return sampler;
+}
+
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_FFI_COMMON_H_

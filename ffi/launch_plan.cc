@@ -1,0 +1,91 @@
+// The launch planner (launch_plan.h): one wave of threads over the device, each thread with at
+// least max(kMinElementsPerThread, one vector) elements; measured choices in
+// benchmarks/NOTES.md.
+#include "launch_plan.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace jax_argreduce {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// PlanOptions packed in one word: bit 0 pdl.
+std::atomic<unsigned> g_options{PlanOptions().pdl ? 1u : 0u};
+
+}  // namespace
+
+PlanOptions CurrentPlanOptions() {
+  const unsigned bits = g_options.load(std::memory_order_relaxed);
+  PlanOptions options;
+  options.pdl = (bits & 1u) != 0;
+  return options;
+}
+
+void SetPlanOptions(const PlanOptions& options) {
+  g_options.store(options.pdl ? 1u : 0u, std::memory_order_relaxed);
+}
+
+const char* PathName(Path path) {
+  switch (path) {
+    case Path::kTeam: return "team";
+    case Path::kBlock: return "block";
+    case Path::kSplit: return "split";
+  }
+  return "?";
+}
+
+LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int elem_bytes,
+                         int key_bytes, const PlanOptions& options) {
+  LaunchPlan plan;
+  plan.vector_elements = 16 / elem_bytes;
+  plan.pdl = options.pdl && caps.cc_major >= 9;
+  const int64_t sms = std::max(caps.sms, 1);
+  const int64_t team_capacity = sms * std::max(caps.team_blocks_per_sm, 1);
+  const int64_t per_thread = std::max(kMinElementsPerThread, plan.vector_elements);
+  const int64_t useful = CeilDiv(cols, per_thread);  // threads one row can feed
+  const int64_t fair = std::max<int64_t>(1, team_capacity * kBlockThreads / rows);
+  const int64_t threads_per_row = std::min(useful, fair);
+
+  if (threads_per_row < kBlockPathMinThreads) {
+    int team = 1;
+    while (team * 2 <= std::min<int64_t>(threads_per_row, kWarpSize)) team *= 2;
+    plan.path = Path::kTeam;
+    plan.team = team;
+    // One wave of resident blocks at most; warps loop over the remaining rows.
+    plan.grid = std::max<int64_t>(1, std::min(CeilDiv(rows * team, kBlockThreads), team_capacity));
+    plan.row_step = static_cast<int64_t>(team) * kInFlight * plan.vector_elements;
+    return plan;
+  }
+
+  // Few wide rows (up to one per SM): several blocks per row (the split path; it beat thread
+  // block clusters in-chain, NOTES.md try 16). With more rows one block per row already fills
+  // the device, and its deeper unroll measured faster (256x202048, NOTES.md).
+  if (rows <= sms) {
+    // Split path: enough blocks that one load round covers the row, no more than one wave of
+    // the split kernel holds, and within the workspace.
+    const int64_t per_block_round = static_cast<int64_t>(kBlockThreads) * kInFlight *
+                                    plan.vector_elements;
+    const int64_t split_capacity = sms * std::max(caps.split_blocks_per_sm, 1);
+    const int64_t parts = std::min({CeilDiv(cols, per_block_round),
+                                    std::max<int64_t>(1, split_capacity / rows),
+                                    std::max<int64_t>(1, kMaxSplitPartials / rows)});
+    if (parts >= 2) {
+      plan.path = Path::kSplit;
+      plan.parts = static_cast<int>(parts);
+      plan.grid = rows * parts;
+      plan.merge_grid = CeilDiv(rows, kBlockThreads / kWarpSize);
+      plan.row_step = parts * per_block_round;
+      plan.workspace_bytes = static_cast<size_t>(rows * parts) * (key_bytes == 8 ? 16 : 8);
+      return plan;
+    }
+  }
+
+  plan.path = Path::kBlock;
+  plan.grid = std::min(rows, sms * std::max(caps.block_blocks_per_sm, 1));
+  plan.row_step = static_cast<int64_t>(kBlockThreads) * kBlockInFlight * plan.vector_elements;
+  return plan;
+}
+
+}  // namespace jax_argreduce

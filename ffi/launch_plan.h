@@ -1,0 +1,85 @@
+// Launch planning for the CUDA row reduction: a pure function of (shape, element width, device
+// capabilities, options) -> path + geometry. No CUDA calls, so it compiles into the CPU module
+// too and is tested on the CPU with made-up devices (tests/test_launch_plan.py).
+//
+// Paths, for a row-major [rows, cols] input:
+//   kTeam:    `team` consecutive lanes of a warp (1..32) own one row and merge with shuffles;
+//             warps loop over rows. Narrow and medium rows, many rows.
+//   kBlock:   one block of kBlockThreads per row; blocks loop over rows. Many wide rows.
+//   kSplit:   few wide rows: `parts` blocks per row, one load round each over the whole GPU,
+//             each block's best pair stored in the workspace, then a merge kernel (one warp
+//             per row) applies the epilogue. With `pdl` both kernels use programmatic
+//             dependent launch (sm_90+): the scan overlaps its producer's tail and the merge
+//             kernel is resident before the scan ends.
+#ifndef JAX_ARGREDUCE_FFI_LAUNCH_PLAN_H_
+#define JAX_ARGREDUCE_FFI_LAUNCH_PLAN_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace jax_argreduce {
+
+inline constexpr int kWarpSize = 32;
+// Threads per block of the team, block, split-scan and merge kernels.
+inline constexpr int kBlockThreads = 256;
+// 16-byte loads in flight per thread in one pass of the scan: team and split kernels
+// (many threads per row or many rows per SM) and the block kernel (one block per long row: few
+// threads per SM, so more loads in flight each; NOTES.md try 10).
+inline constexpr int kInFlight = 4;
+inline constexpr int kBlockInFlight = 8;
+// At least this many elements per thread before more threads are given to a row.
+inline constexpr int kMinElementsPerThread = 4;
+// Rows that could use at least this many threads leave the team path.
+inline constexpr int kBlockPathMinThreads = 256;
+
+// Partials the split path may store: bounds the workspace.
+inline constexpr int64_t kMaxSplitPartials = 16384;
+// Workspace bytes that suffice for any shape on any device: one partial (int64 key + index,
+// 16 bytes) per block of kMaxSplitPartials, +16 to align by hand. A constant, so the lowering
+// needs no GPU and an exported program runs on any GPU.
+inline constexpr size_t kWorkspaceBytes = kMaxSplitPartials * 16 + 16;
+
+enum class Path : int { kTeam = 0, kBlock = 1, kSplit = 2 };
+const char* PathName(Path path);
+
+// What the planner needs to know of the device and of the kernels' occupancy there.
+struct DeviceCaps {
+  int sms = 0;
+  int cc_major = 0;                 // compute capability (PDL needs 9)
+  int team_blocks_per_sm = 1;       // resident blocks of kBlockThreads, per kernel
+  int block_blocks_per_sm = 1;
+  int split_blocks_per_sm = 1;
+};
+
+// Choices the benchmarks and tests flip (process-wide, module.cc's debug entry); the defaults
+// are the measured winners (benchmarks/NOTES.md).
+struct PlanOptions {
+  bool pdl = true;  // programmatic dependent launch on sm_90+
+};
+
+// Process-wide options every launch uses: the defaults above unless the module's debug entry
+// (benchmarks, tests) changed them. Read once per call, lock-free.
+PlanOptions CurrentPlanOptions();
+void SetPlanOptions(const PlanOptions& options);
+
+struct LaunchPlan {
+  Path path = Path::kTeam;
+  int team = 0;                // lanes per row (kTeam)
+  int parts = 1;               // blocks per row (kSplit)
+  int64_t grid = 0;            // blocks of the (scan) kernel
+  int block = kBlockThreads;   // threads per block
+  int64_t merge_grid = 0;      // blocks of the merge kernel (kSplit)
+  bool pdl = false;
+  int vector_elements = 0;     // elements per 16-byte load
+  int64_t row_step = 0;        // elements one pass of the scan loop covers in a row
+  size_t workspace_bytes = 0;  // workspace the launch uses
+};
+
+// Plan for `rows` x `cols` (1 <= cols <= INT32_MAX, rows >= 1) elements of `elem_bytes` bytes
+// whose keys are `key_bytes` wide (4 or 8).
+LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int elem_bytes,
+                         int key_bytes, const PlanOptions& options);
+
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_LAUNCH_PLAN_H_

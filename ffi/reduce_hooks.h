@@ -1,0 +1,66 @@
+// The two hooks of the row-reduce core (SPEC §2), shared by the CUDA kernels and the CPU loop.
+//
+// Key policy: how an element becomes a comparable integer key. The reduction keeps the
+// (key, index) pair that wins under the total order of order.h (largest key, lowest index), so
+// every policy inherits its tie and NaN rules. A policy exposes
+//   Format kFormat; using Bits, Key;
+//   static constexpr bool kBitsOnly;  // key depends on the element's bits alone
+//   Row ForRow(int64_t row) const;     // per-row state (e.g. a sampler's key and temperature)
+//   Row::operator()(Bits bits, int32_t col) -> Key   // col: position in the row
+// and, when not kBitsOnly,
+//   Row::Visit<kN>(const Bits* elements, int32_t first_col, Key& best, int32_t& best_index)
+// which folds kN consecutive elements into a running best in column order (so a policy can
+// share work between columns, or skip elements that cannot win).
+// Only kBitsOnly policies may take the vector shortcut (the best key of a 16-byte vector from a
+// NaN-propagating max over the elements' values, then its position found again by key): a
+// policy whose key depends on the column (the Gumbel-perturbed key of a sampler) cannot.
+//
+// Epilogue: what is stored once a row's winner is known, from the winning pair and the row's
+// data. Called once per row by one thread (CUDA) or the CPU loop.
+#ifndef JAX_ARGREDUCE_FFI_REDUCE_HOOKS_H_
+#define JAX_ARGREDUCE_FFI_REDUCE_HOOKS_H_
+
+#include <cstdint>
+
+#include "order.h"
+
+namespace jax_argreduce {
+
+// argmax (kIsMin false) / argmin (true) order key of order.h.
+template <Format F, bool kIsMin>
+struct OrderKeyPolicy {
+  static constexpr Format kFormat = F;
+  static constexpr bool kBitsOnly = true;
+  static constexpr bool kIsMinOrder = kIsMin;  // which NaN-propagating vector max to take
+  using Bits = typename FormatTraits<F>::Bits;
+  using Key = typename FormatTraits<F>::Key;
+
+  struct Row {
+    JAX_ARGREDUCE_HD Key operator()(Bits bits, int32_t /*col*/) const {
+      return OrderedKey<F, kIsMin>(bits);
+    }
+  };
+  JAX_ARGREDUCE_HD Row ForRow(int64_t /*row*/) const { return {}; }
+};
+
+// Stores the winner's index (int32 or int64) and, when `values` is set, the winning element
+// itself, bit for bit (max_with_index: NaN payloads and the sign of zero survive).
+struct IndexValueEpilogue {
+  void* indices;         // [rows] int32 or int64
+  bool index_is_int64;
+  void* values;          // nullptr, or [rows] elements of the input's format
+
+  template <class Bits, class Key>
+  JAX_ARGREDUCE_HD void operator()(int64_t row, ArgPair<Key> best, const Bits* row_data) const {
+    if (index_is_int64) {
+      static_cast<int64_t*>(indices)[row] = best.index;
+    } else {
+      static_cast<int32_t*>(indices)[row] = best.index;
+    }
+    if (values != nullptr) static_cast<Bits*>(values)[row] = row_data[best.index];
+  }
+};
+
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_REDUCE_HOOKS_H_

@@ -1,0 +1,500 @@
+// The CUDA row-reduce core: the best (key, index) pair of each row of a row-major [rows, cols]
+// array, for any key policy, finished by any epilogue (reduce_hooks.h). Header-only: per-op
+// files (argreduce_kernels.cu, ...) instantiate it and export raw-pointer launchers.
+//
+// Device code is a small algebra over ArgPair (order.h): thread (ScanRow) -> team of lanes or
+// warp (shuffles) -> block (shared memory) -> row (split path: partials in the workspace, a
+// merge kernel). Because the combine step is a total
+// order on (key, index), every reduction order gives the same answer, so the result does not
+// depend on the launch geometry (launch_plan.h).
+//
+// Programmatic dependent launch (sm_90+): every kernel may be launched before the kernel ahead
+// of it in the stream has finished (the producer of our input, or our own split-scan kernel),
+// so each one waits (griddepcontrol.wait) before its first global memory access, and reads its
+// input with ordinary coherent loads (ld.global.cg, never the non-coherent .nc path).
+//
+// Overflow: a row has at most INT32_MAX columns. Positions inside a row are 32-bit and the
+// scan is written with differences (`remaining = n - v`, offsets formed only once checked to
+// be smaller than `remaining`), so no 32-bit sum can pass INT32_MAX. Row offsets are 64-bit.
+#ifndef JAX_ARGREDUCE_FFI_ROW_REDUCE_CUH_
+#define JAX_ARGREDUCE_FFI_ROW_REDUCE_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "launch_plan.h"
+#include "order.h"
+#include "reduce_hooks.h"
+
+namespace jax_argreduce {
+namespace row_reduce {
+
+using Vec = uint4;  // one 16-byte load
+
+template <class Bits>
+__device__ __forceinline__ Bits Element(const Vec& v, int j) {
+  return reinterpret_cast<const Bits*>(&v)[j];
+}
+
+// Plain coherent loads (see the file comment): ld.global through L1, never the non-coherent
+// .nc path. (ld.global.cg, which skips L1, measured 14% slower on 65536x1024 bfloat16.)
+__device__ __forceinline__ Vec LoadVec(const Vec* p) { return *p; }
+template <class Bits>
+__device__ __forceinline__ Bits LoadBits(const Bits* p) {
+  return *p;
+}
+
+__device__ __forceinline__ void GridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void TriggerDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <class Key>
+__device__ __forceinline__ Key ShuffleXor(Key v, int lane_mask, int width) {
+  if constexpr (sizeof(Key) == 8) {
+    return static_cast<Key>(
+        __shfl_xor_sync(0xffffffffu, static_cast<long long>(v), lane_mask, width));
+  } else {
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
+  }
+}
+
+// Merge within aligned groups of kWidth lanes (all 32 lanes of the warp must call this).
+// Every lane of a group ends with the group's best pair.
+template <int kWidth, class Key>
+__device__ __forceinline__ ArgPair<Key> WarpReduce(ArgPair<Key> p) {
+#pragma unroll
+  for (int offset = kWidth / 2; offset > 0; offset /= 2) {
+    ArgPair<Key> other{ShuffleXor(p.key, offset, kWidth),
+                       __shfl_xor_sync(0xffffffffu, p.index, offset, kWidth)};
+    p = Combine(p, other);
+  }
+  return p;
+}
+
+// Merge over the block; the result is valid in thread 0. Ends with a barrier, so the shared
+// scratch can be reused by the next call.
+template <int kThreads, class Key>
+__device__ __forceinline__ ArgPair<Key> BlockReduce(ArgPair<Key> p) {
+  constexpr int kWarps = kThreads / kWarpSize;
+  static_assert(kWarps <= kWarpSize, "one warp merges the warps' results");
+  __shared__ ArgPair<Key> warp_best[kWarps];
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  p = WarpReduce<kWarpSize>(p);
+  if (lane == 0) warp_best[warp] = p;
+  __syncthreads();
+  if (warp == 0) {
+    p = lane < kWarps ? warp_best[lane] : ArgPair<Key>::Identity();
+    p = WarpReduce<kWarpSize>(p);
+  }
+  __syncthreads();
+  return p;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define JAX_ARGREDUCE_NAN_MINMAX(name, op, type, cons)                          \
+  __device__ __forceinline__ type name(type a, type b) {                        \
+    type d;                                                                     \
+    asm(op " %0, %1, %2;" : "=" cons(d) : cons(a), cons(b));                    \
+    return d;                                                                   \
+  }
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF32, "max.NaN.f32", float, "f")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNF32, "min.NaN.f32", float, "f")
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNBF16x2, "max.NaN.bf16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNBF16x2, "min.NaN.bf16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF16x2, "max.NaN.f16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNF16x2, "min.NaN.f16x2", uint32_t, "r")
+#undef JAX_ARGREDUCE_NAN_MINMAX
+#endif
+
+// The largest key among the elements of one 16-byte vector, for a policy whose key depends on
+// the bits alone (the order key). On sm_80+ the elements are first merged in their own format
+// with NaN-propagating max (min for argmin): a NaN anywhere gives a NaN, whose key is the
+// largest; otherwise the survivor is a largest (smallest) value, whose key is the vector's best
+// (-0/+0 share key 0; these instructions have no .ftz, so subnormals compare exactly). One key
+// computation per vector instead of one per element. The caller finds the element's position
+// again by key, so which of equal elements survives does not matter.
+template <class Policy>
+__device__ __forceinline__ typename Policy::Key VectorKey(const Vec& v,
+                                                          const typename Policy::Row& key_of) {
+  using Bits = typename Policy::Bits;
+  constexpr Format F = Policy::kFormat;
+  constexpr bool kIsMin = Policy::kIsMinOrder;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (F == Format::kF32) {
+    auto op = [](float a, float b) { return kIsMin ? MinNaNF32(a, b) : MaxNaNF32(a, b); };
+    const float m = op(op(__uint_as_float(v.x), __uint_as_float(v.y)),
+                       op(__uint_as_float(v.z), __uint_as_float(v.w)));
+    return key_of(__float_as_uint(m), 0);
+  } else if constexpr (F == Format::kBF16 || F == Format::kF16) {
+    auto op = [](uint32_t a, uint32_t b) {
+      if constexpr (F == Format::kBF16) return kIsMin ? MinNaNBF16x2(a, b) : MaxNaNBF16x2(a, b);
+      else return kIsMin ? MinNaNF16x2(a, b) : MaxNaNF16x2(a, b);
+    };
+    const uint32_t m = op(op(v.x, v.y), op(v.z, v.w));
+    const uint32_t m1 = op(m, __byte_perm(m, 0, 0x1032));  // both halves hold the survivor
+    return key_of(static_cast<Bits>(m1 & 0xFFFFu), 0);
+  }
+#endif
+  constexpr int kVec = sizeof(Vec) / sizeof(Bits);
+  auto best = key_of(Element<Bits>(v, 0), 0);
+#pragma unroll
+  for (int j = 1; j < kVec; ++j) best = max(best, key_of(Element<Bits>(v, j), j));
+  return best;
+}
+
+// This thread's best pair over its share of one row. The row is split into a scalar head (up
+// to the first 16-byte boundary), a body of 16-byte vectors, and a scalar tail. Thread `tid`
+// of `nthreads` takes vectors tid, tid + nthreads, ... Each thread visits its elements in
+// increasing column order, so the strict '>' keeps the lowest index among equal keys.
+//
+// kKeepLastRound: recover the winner's column from the vectors still in registers when it was
+// loaded in the thread's last round (the split path's threads read one round), instead of
+// loading its vector again (a second dependent trip to memory, ~0.5 us); other kernels reload,
+// since keeping the buffer live costs registers where occupancy is register-bound.
+template <class Policy, int kLoads, bool kKeepLastRound = false>
+__device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
+    const typename Policy::Bits* row, int32_t cols, int32_t tid, int32_t nthreads,
+    const typename Policy::Row& key_of) {
+  using Bits = typename Policy::Bits;
+  using Key = typename Policy::Key;
+  constexpr int kVec = sizeof(Vec) / sizeof(Bits);
+  Key best = KeyLimits<Key>::kLowest;
+  int32_t best_index = 0x7FFFFFFF;
+  auto visit = [&](Bits bits, int32_t index) {
+    if constexpr (Policy::kBitsOnly) {
+      const Key key = key_of(bits, index);
+      if (key > best) {
+        best = key;
+        best_index = index;
+      }
+    } else {
+      key_of.template Visit<1>(&bits, index, best, best_index);
+    }
+  };
+
+  const int32_t misalign =
+      static_cast<int32_t>((reinterpret_cast<uintptr_t>(row) % sizeof(Vec)) / sizeof(Bits));
+  const int32_t head = min(cols, misalign == 0 ? 0 : kVec - misalign);
+  const int32_t num_vecs = (cols - head) / kVec;
+  const int32_t tail_start = head + num_vecs * kVec;  // <= cols
+
+  for (int32_t c = tid; c < head; c += nthreads) visit(LoadBits(row + c), c);
+
+  const Vec* vecs = reinterpret_cast<const Vec*>(row + head);
+  if constexpr (Policy::kBitsOnly) {
+    // Track only the best key per vector and the first vector that reached it; the element's
+    // column is recovered once at the end from that vector (reloaded: keeping it in registers
+    // costs 10-20 registers per thread, and occupancy is register-bound; NOTES.md try 13).
+    Key body_best = KeyLimits<Key>::kLowest;
+    int32_t body_vec = -1;
+    int body_u = 0;          // which buffer slot held it, in the round starting at body_round
+    int32_t body_round = -1;
+    int32_t last_round = -1;
+    Vec buf[kLoads];
+    for (int32_t v = tid; v < num_vecs;) {
+      const int32_t remaining = num_vecs - v;  // >= 1
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (u * nthreads < remaining) buf[u] = LoadVec(vecs + v + u * nthreads);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (u * nthreads < remaining) {
+          const Key key = VectorKey<Policy>(buf[u], key_of);
+          if (key > body_best) {  // strict: the first vector (lowest columns) keeps a tie
+            body_best = key;
+            body_vec = v + u * nthreads;  // < num_vecs
+            body_u = u;
+            body_round = v;
+          }
+        }
+      }
+      last_round = v;
+      if (remaining <= kLoads * nthreads) break;
+      v += kLoads * nthreads;  // < num_vecs
+    }
+    // Head columns are lower than body columns: the body wins only with a strictly larger key.
+    if (body_vec >= 0 && body_best > best) {
+      Vec w;
+      if (kKeepLastRound && body_round == last_round) {
+        w = buf[0];
+#pragma unroll
+        for (int u = 1; u < kLoads; ++u) {
+          if (body_u == u) w = buf[u];
+        }
+      } else {
+        w = LoadVec(vecs + body_vec);
+      }
+      const int32_t first = head + body_vec * kVec;
+      int32_t j_first = kVec - 1;
+#pragma unroll
+      for (int j = kVec - 2; j >= 0; --j) {
+        if (key_of(Element<Bits>(w, j), first + j) == body_best) j_first = j;
+      }
+      best = body_best;
+      best_index = first + j_first;  // < tail_start
+    }
+  } else {
+    // The key depends on the column: the policy visits a vector's elements together (e.g. one
+    // generator call for several columns), updating this thread's running best.
+    for (int32_t v = tid; v < num_vecs;) {
+      const int32_t remaining = num_vecs - v;  // >= 1
+      Vec buf[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (u * nthreads < remaining) buf[u] = LoadVec(vecs + v + u * nthreads);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (u * nthreads < remaining) {
+          key_of.template Visit<kVec>(reinterpret_cast<const Bits*>(&buf[u]),
+                                      head + (v + u * nthreads) * kVec, best, best_index);
+        }
+      }
+      if (remaining <= kLoads * nthreads) break;
+      v += kLoads * nthreads;
+    }
+  }
+
+  for (int32_t c = tid; c < cols - tail_start; c += nthreads) {
+    visit(LoadBits(row + tail_start + c), tail_start + c);
+  }
+  return {best, best_index};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels. Each takes the policy and the epilogue by value (kernel parameters).
+
+template <class Policy, class Epilogue, int kTeam>
+__global__ void __launch_bounds__(kBlockThreads)
+    TeamKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, Policy policy,
+               Epilogue epilogue) {
+  using Pair = ArgPair<typename Policy::Key>;
+  constexpr int kTeamsPerWarp = kWarpSize / kTeam;
+  GridDependencyWait();
+  const int lane = threadIdx.x % kWarpSize;
+  const int team_lane = lane % kTeam;
+  const int64_t warp =
+      (static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x) / kWarpSize;
+  const int64_t rows_per_pass =
+      static_cast<int64_t>(gridDim.x) * (kBlockThreads / kWarpSize) * kTeamsPerWarp;
+  // The loop bound is uniform across the warp, so every lane reaches the shuffles.
+  for (int64_t first = warp * kTeamsPerWarp; first < rows; first += rows_per_pass) {
+    const int64_t row = first + lane / kTeam;
+    Pair p = Pair::Identity();
+    if (row < rows) {
+      p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam, policy.ForRow(row));
+    }
+    p = WarpReduce<kTeam>(p);
+    if (team_lane == 0 && row < rows) epilogue(row, p, x + row * cols);
+  }
+}
+
+// One block per row; blocks loop over rows.
+template <class Policy, class Epilogue>
+__global__ void __launch_bounds__(kBlockThreads)
+    BlockKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, Policy policy,
+                Epilogue epilogue) {
+  GridDependencyWait();
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    auto p = ScanRow<Policy, kBlockInFlight>(x + row * cols, cols, threadIdx.x, kBlockThreads,
+                                             policy.ForRow(row));
+    p = BlockReduce<kBlockThreads>(p);
+    if (threadIdx.x == 0) epilogue(row, p, x + row * cols);
+  }
+}
+
+// Split path, first kernel: block b is part b % parts of row b / parts (the launch has exactly
+// rows * parts blocks); its best pair goes to partials[b]. Lets the merge kernel launch at once.
+template <class Policy>
+__global__ void __launch_bounds__(kBlockThreads)
+    SplitScanKernel(const typename Policy::Bits* x, int32_t cols, int32_t parts, Policy policy,
+                    ArgPair<typename Policy::Key>* partials) {
+  TriggerDependents();  // the merge kernel may become resident now (it waits for our end)
+  GridDependencyWait();
+  const int64_t row = blockIdx.x / parts;
+  const int32_t part = static_cast<int32_t>(blockIdx.x % parts);
+  auto p = ScanRow<Policy, kInFlight, true>(x + row * cols, cols,
+                                            part * kBlockThreads + threadIdx.x,
+                                            parts * kBlockThreads, policy.ForRow(row));
+  p = BlockReduce<kBlockThreads>(p);
+  if (threadIdx.x == 0) partials[blockIdx.x] = p;
+}
+
+// Split path, second kernel: one warp per row merges the row's partials and runs the epilogue.
+// griddepcontrol.wait returns once the scan kernel has completed and its writes are visible.
+template <class Policy, class Epilogue>
+__global__ void __launch_bounds__(kBlockThreads)
+    SplitMergeKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, int32_t parts,
+                     const ArgPair<typename Policy::Key>* partials, Epilogue epilogue) {
+  using Pair = ArgPair<typename Policy::Key>;
+  GridDependencyWait();
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row =
+      (static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x) / kWarpSize;
+  if (row >= rows) return;  // whole warps leave together
+  Pair q = Pair::Identity();
+  for (int32_t i = lane; i < parts; i += kWarpSize) {
+    const Pair* src = partials + row * parts + i;
+    q = Combine(q, Pair{__ldcg(&src->key), __ldcg(&src->index)});
+  }
+  q = WarpReduce<kWarpSize>(q);
+  if (lane == 0) epilogue(row, q, x + row * cols);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side: device capabilities (read once per device and kernel set) and the launcher.
+
+inline cudaError_t BlocksPerSm(const void* kernel, int threads, int* blocks) {
+  int n = 0;
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0);
+  *blocks = n > 0 ? n : 1;
+  return err;
+}
+
+// The capabilities of `device` for the kernels of one (Policy, Epilogue) pair, read once per
+// device (the call must run with `device` current).
+template <class Policy, class Epilogue>
+cudaError_t GetDeviceCaps(int device, DeviceCaps* caps) {
+  static std::mutex mu;
+  static std::map<int, DeviceCaps> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it == cache.end()) {
+    DeviceCaps c;
+    cudaError_t err = cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&c.cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    }
+    // The team kernels share ScanRow<kInFlight> and have about the same register count: the
+    // widest team's occupancy stands for all of them.
+    if (err == cudaSuccess) {
+      err = BlocksPerSm(reinterpret_cast<const void*>(&TeamKernel<Policy, Epilogue, kWarpSize>),
+                        kBlockThreads, &c.team_blocks_per_sm);
+    }
+    if (err == cudaSuccess) {
+      err = BlocksPerSm(reinterpret_cast<const void*>(&BlockKernel<Policy, Epilogue>),
+                        kBlockThreads, &c.block_blocks_per_sm);
+    }
+    if (err == cudaSuccess) {
+      err = BlocksPerSm(reinterpret_cast<const void*>(&SplitScanKernel<Policy>), kBlockThreads,
+                        &c.split_blocks_per_sm);
+    }
+    if (err != cudaSuccess) return err;
+    it = cache.emplace(device, c).first;
+  }
+  *caps = it->second;
+  return cudaSuccess;
+}
+
+template <class Policy, class Epilogue>
+cudaError_t PlanRowReduceOn(int device, int64_t rows, int64_t cols, const PlanOptions& options,
+                            LaunchPlan* plan) {
+  DeviceCaps caps;
+  const cudaError_t err = GetDeviceCaps<Policy, Epilogue>(device, &caps);
+  if (err != cudaSuccess) return err;
+  *plan = PlanRowReduce(caps, rows, cols, sizeof(typename Policy::Bits),
+                        sizeof(typename Policy::Key), options);
+  return cudaSuccess;
+}
+
+// cudaLaunchKernelEx with the optional PDL attribute.
+template <class... Params, class... Args>
+cudaError_t LaunchEx(void (*kernel)(Params...), int64_t grid, int block, cudaStream_t stream,
+                     bool pdl, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(block);
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Reduces every row of x ([rows, cols] row-major, 1 <= cols <= INT32_MAX) on `stream` of
+// `device` (current), per `plan`. `workspace` must hold plan.workspace_bytes, 16-byte aligned.
+template <class Policy, class Epilogue>
+cudaError_t LaunchPlanned(const LaunchPlan& plan, cudaStream_t stream,
+                          const typename Policy::Bits* x, int64_t rows, int32_t cols,
+                          const Policy& policy, const Epilogue& epilogue, void* workspace) {
+  using Pair = ArgPair<typename Policy::Key>;
+  cudaError_t err = cudaSuccess;
+  switch (plan.path) {
+    case Path::kTeam:
+      switch (plan.team) {
+#define JAX_ARGREDUCE_TEAM_CASE(T)                                                          \
+  case T:                                                                                   \
+    err = LaunchEx(TeamKernel<Policy, Epilogue, T>, plan.grid, plan.block, stream, plan.pdl, \
+                   x, rows, cols, policy, epilogue);                                        \
+    break;
+        JAX_ARGREDUCE_TEAM_CASE(1)
+        JAX_ARGREDUCE_TEAM_CASE(2)
+        JAX_ARGREDUCE_TEAM_CASE(4)
+        JAX_ARGREDUCE_TEAM_CASE(8)
+        JAX_ARGREDUCE_TEAM_CASE(16)
+        JAX_ARGREDUCE_TEAM_CASE(32)
+#undef JAX_ARGREDUCE_TEAM_CASE
+        default:
+          return cudaErrorInvalidConfiguration;
+      }
+      break;
+    case Path::kBlock:
+      err = LaunchEx(BlockKernel<Policy, Epilogue>, plan.grid, plan.block, stream, plan.pdl, x,
+                     rows, cols, policy, epilogue);
+      break;
+    case Path::kSplit: {
+      Pair* partials = static_cast<Pair*>(workspace);
+      err = LaunchEx(SplitScanKernel<Policy>, plan.grid, plan.block, stream, plan.pdl, x, cols,
+                     plan.parts, policy, partials);
+      if (err != cudaSuccess) return err;
+      err = LaunchEx(SplitMergeKernel<Policy, Epilogue>, plan.merge_grid, kBlockThreads, stream,
+                     plan.pdl, x, rows, cols, plan.parts, static_cast<const Pair*>(partials),
+                     epilogue);
+      break;
+    }
+  }
+  if (err != cudaSuccess) return err;
+  return cudaGetLastError();
+}
+
+// Plans and launches: the whole CUDA side of one op call. `workspace` is XLA's workspace
+// buffer (kWorkspaceBytes, contents arbitrary on entry).
+template <class Policy, class Epilogue>
+cudaError_t LaunchRowReduce(cudaStream_t stream, int device, const PlanOptions& options,
+                            const typename Policy::Bits* x, int64_t rows, int64_t cols,
+                            const Policy& policy, const Epilogue& epilogue, void* workspace,
+                            size_t workspace_bytes) {
+  if (rows == 0) return cudaSuccess;
+  if (cols < 1 || cols > INT32_MAX) return cudaErrorInvalidValue;
+  LaunchPlan plan;
+  cudaError_t err = PlanRowReduceOn<Policy, Epilogue>(device, rows, cols, options, &plan);
+  if (err != cudaSuccess) return err;
+  // XLA buffers are aligned; align by hand anyway rather than trust it.
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(workspace);
+  const uintptr_t aligned = (raw + 15) & ~uintptr_t{15};
+  if (plan.workspace_bytes > 0 && plan.workspace_bytes + (aligned - raw) > workspace_bytes) {
+    return cudaErrorInvalidValue;
+  }
+  return LaunchPlanned(plan, stream, x, rows, static_cast<int32_t>(cols), policy, epilogue,
+                       reinterpret_cast<void*>(aligned));
+}
+
+}  // namespace row_reduce
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_ROW_REDUCE_CUH_

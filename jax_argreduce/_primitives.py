@@ -1,0 +1,380 @@
+"""The package's JAX primitives, one contiguous block each, over one lowering helper.
+
+``argreduce_p``: argmax/argmin (and, with ``with_value``, max/min_with_index) of the last axis
+of a float array. Shapes: ``x: [..., cols] float{16,32,64}|bfloat16 -> (indices [...])`` or
+``(values [...] x.dtype, indices [...])``, indices of ``index_dtype``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+from jax_argreduce import _dispatch, _ffi, _sharding, _xla
+from jax_argreduce._compat import (CompoundFactor, Primitive, SdyShardingRule, ShapedArray,
+                                   Zero, ad, apply_primitive, batching, is_constant_shape, mlir,
+                                   sdy_sharding_rule_to_mlir, typeof, use_shardy)
+
+
+def lower_handler(ctx, op: str, platform: str, operands, operand_factors, result_factors,
+                  **attrs):
+  """Lowers to the FFI handler ``op`` on ``platform``: one custom call whose results are
+  ``ctx.avals_out`` plus, on CUDA, a workspace (XLA-owned bytes assigned at compile time, so
+  the handler allocates nothing at run time and is safe in command buffers; dropped here).
+
+  ``operand_factors`` / ``result_factors``: per operand / result, a tuple of Shardy factor
+  names per dimension, where names shared between operands and results are the row dimensions
+  (kept sharded) and every other name is replicated. Attributes are passed as typed by the
+  caller (bool -> pred, np.int64 -> i64, ...).
+  """
+  avals_out = list(ctx.avals_out)
+  workspace = platform == "cuda"
+  if workspace:
+    avals_out.append(ShapedArray((_ffi.CUDA_WORKSPACE_BYTES,), np.uint8))
+    result_factors = (*result_factors, ("workspace",))
+  results = jax.ffi.ffi_lowering(_ffi.target(op, platform))(
+      ctx.replace(avals_out=avals_out), *operands, **attrs)
+  # The rule lets row shardings propagate; partitioning the call is _sharding's job. Only for
+  # static shapes: with symbolic dimensions the call carries extra shape operands.
+  if use_shardy() and all(is_constant_shape(a.shape) for a in ctx.avals_in):
+    shared = (set().union(*map(_factor_names, result_factors))
+              & set().union(*map(_factor_names, operand_factors)))
+    replicated = tuple(dict.fromkeys(
+        f for factors in (*operand_factors, *result_factors) for f in _factor_names(factors)
+        if f not in shared))
+    rule = SdyShardingRule(tuple(operand_factors), tuple(result_factors),
+                           need_replication_factors=replicated)
+    results[0].owner.attributes["sdy.sharding_rule"] = sdy_sharding_rule_to_mlir(
+        rule, [v.type for v in operands], [r.type for r in results])
+  return results[:len(ctx.avals_out)]
+
+
+def _factor_names(factors) -> list[str]:
+  """The factor names of one operand's mapping (a CompoundFactor, for a dimension that is
+  several factors, contributes each of its names)."""
+  return [n for f in factors for n in ((f,) if isinstance(f, str) else f)]
+
+
+def _row_factors(ndim: int) -> tuple[str, ...]:
+  return tuple(f"r{i}" for i in range(ndim))
+
+
+# ---------------------------------------------------------------------------------------------
+# argreduce_p: argmax / argmin / max_with_index / min_with_index over the last axis.
+
+argreduce_p = Primitive("jax_argreduce_argreduce")
+argreduce_p.multiple_results = True
+argreduce_p.def_impl(lambda x, **params: apply_primitive(argreduce_p, x, **params))
+
+
+def _op_name(is_min: bool, with_value: bool) -> str:
+  return ("min" if is_min else "max") + "_with_index" if with_value else (
+      "argmin" if is_min else "argmax")
+
+
+def _argreduce_abstract_eval(x, *, is_min, with_value, index_dtype, method):
+  del is_min, method
+  # lax.argmax's rule: the row dimensions keep x's sharding (explicit mesh axes, manual
+  # varying axes); the reduced axis is dropped.
+  indices = jax.lax.argmax_p.abstract_eval(x, axes=(x.ndim - 1,),
+                                           index_dtype=np.dtype(index_dtype))[0]
+  return [indices.update(dtype=x.dtype), indices] if with_value else [indices]
+
+
+argreduce_p.def_abstract_eval(_argreduce_abstract_eval)
+
+
+def _argreduce_xla(x, *, is_min, with_value, index_dtype):
+  if with_value:
+    return list(_xla.xla_max_with_index(x, is_min=is_min, index_dtype=index_dtype))
+  return [_xla.xla_argreduce(x, is_min=is_min, index_dtype=index_dtype)]
+
+
+def _argreduce_lowering(ctx, x, *, is_min, with_value, index_dtype, method, platform):
+  # A sharded input never reaches the opaque call whole: shard_map over its explicit axes, or
+  # the XLA path where XLA decides the split (_sharding).
+  partitioned = _sharding.lower_partitioned(ctx, x, is_min=is_min, with_value=with_value,
+                                            index_dtype=index_dtype, method=method)
+  if partitioned is not None:
+    return partitioned
+  aval = ctx.avals_in[0]
+  op = _op_name(is_min, with_value)
+  if _dispatch.route(op, platform, aval.shape, aval.dtype, method) == "xla":
+    return mlir.lower_fun(
+        lambda v: _argreduce_xla(v, is_min=is_min, with_value=with_value,
+                                 index_dtype=index_dtype), multiple_results=True)(ctx, x)
+  rows = _row_factors(aval.ndim - 1)
+  return lower_handler(ctx, "max_with_index" if with_value else "argreduce", platform, [x],
+                       [rows + ("cols",)], [rows] * len(ctx.avals_out), is_min=bool(is_min))
+
+
+# Platforms without a handler route to the XLA path (_dispatch.route: no target).
+mlir.register_lowering(
+    argreduce_p, lambda ctx, x, **params: _argreduce_lowering(ctx, x, platform="", **params))
+for _platform in ("cpu", "cuda"):
+  mlir.register_lowering(
+      argreduce_p,
+      lambda ctx, x, _p=_platform, **params: _argreduce_lowering(ctx, x, platform=_p, **params),
+      platform=_platform)
+
+
+def _argreduce_batching(batched_args, batch_dims, **params):
+  (x,), (bdim,) = batched_args, batch_dims
+  # A batch dimension other than the reduction axis is just more rows: no data movement.
+  if bdim == x.ndim - 1:
+    x = _xla.moveaxis_exact(x, bdim, 0)
+    bdim = 0
+  outs = argreduce_p.bind(x, **params)
+  return outs, [bdim] * len(outs)
+
+
+batching.primitive_batchers[argreduce_p] = _argreduce_batching
+
+
+def _argreduce_jvp(primals, tangents, *, with_value, **params):
+  (x,), (t,) = primals, tangents
+  outs = argreduce_p.bind(x, with_value=with_value, **params)
+  indices = outs[-1]
+  # Indices are not differentiable: a symbolic zero (float0) tangent.
+  index_tangent = Zero(typeof(indices).to_tangent_aval())
+  if not with_value:
+    return outs, [index_tangent]
+  if type(t) is Zero:
+    value_tangent = Zero(typeof(outs[0]).to_tangent_aval())
+  else:  # the input's tangent at the winning index
+    value_tangent = _sharding.take_last_axis(t, indices)
+  return outs, [value_tangent, index_tangent]
+
+
+ad.primitive_jvps[argreduce_p] = _argreduce_jvp
+
+
+def argreduce_last_axis(x, *, is_min: bool, with_value: bool, index_dtype,
+                        method: str = "auto"):
+  """Binds ``argreduce_p`` on ``x`` (reduction axis last): ``[indices]`` or
+  ``[values, indices]``."""
+  if method not in _dispatch.METHODS:
+    raise ValueError(f"method must be one of {_dispatch.METHODS}, got {method!r}")
+  return argreduce_p.bind(x, is_min=bool(is_min), with_value=bool(with_value),
+                          index_dtype=np.dtype(index_dtype), method=method)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# categorical_p: the fused Gumbel-max sampler (SPEC §1c) over the last axis of the logits.
+# Operands, for logits with n batch dimensions (row-major rows; the layout the handler sees):
+#   keys uint32 [*kb, 2] with kb = batch[:j] + (1,) * (n - j): key k covers a contiguous block
+#     of rows_per_key = prod(batch[j:]) rows and a row's counter is its position among them
+#     (j = 0: one key for the call, the row index is the counter; j = n: one key per row;
+#     0 < j < n: what vmap makes of a one-key call);
+#   logits [*batch, cols];
+#   temperature [*batch] (per row) or [1] * n (float32; float64 for float64 logits);
+#   offsets int32 [2]: the (row, column) counters of this block's first row and column in the
+#     global logits (shards, _sharding), added to the handler's counters.
+# The handler takes keys [num_keys, 2] and temperature [1] or [rows]: the lowering flattens them
+# (free), so up to there they keep the batch layout, and its sharding. Results: noisy_max
+# [*batch] (the temperature's dtype; the row's largest logit / T + G) and indices [*batch].
+
+categorical_p = Primitive("jax_argreduce_categorical")
+categorical_p.multiple_results = True
+categorical_p.def_impl(
+    lambda *args, **params: apply_primitive(categorical_p, *args, **params))
+
+
+def key_prefix(keys_shape, batch) -> int | None:
+  """j of a keys operand of shape ``keys_shape`` (``kb + (2,)``, kb = batch[:j] + ones), the
+  largest such j; None when the shape has another form."""
+  kb, batch = tuple(keys_shape[:-1]), tuple(batch)
+  if len(keys_shape) != len(batch) + 1 or keys_shape[-1] != 2:
+    return None
+  j = 0
+  while j < len(batch) and kb[j] == batch[j]:
+    j += 1
+  return j if all(d == 1 for d in kb[j:]) else None
+
+
+def temperature_per_row(temperature_shape, batch) -> bool:
+  return len(batch) > 0 and tuple(temperature_shape) == tuple(batch)
+
+
+def _categorical_abstract_eval(keys, logits, temperature, offsets, *, index_dtype, method):
+  del method
+  batch = logits.shape[:-1]
+  if key_prefix(keys.shape, batch) is None or keys.dtype != np.uint32:
+    raise TypeError(f"categorical_p: keys must be uint32 [*kb, 2] with kb a prefix of the "
+                    f"batch shape {batch} padded with ones, got {keys.str_short()}")
+  if not (temperature_per_row(temperature.shape, batch)
+          or tuple(temperature.shape) == (1,) * len(batch)):
+    raise TypeError(f"categorical_p: temperature must have shape {batch} or "
+                    f"{(1,) * len(batch)}, got {temperature.str_short()}")
+  if offsets.shape != (2,) or offsets.dtype != np.int32:
+    raise TypeError(f"categorical_p: offsets must be int32[2], got {offsets.str_short()}")
+  # lax.argmax's rule: the row dimensions keep the logits' sharding (explicit mesh axes, manual
+  # varying axes); categorical_last_axis makes every operand vary along the same manual axes.
+  indices = jax.lax.argmax_p.abstract_eval(logits, axes=(logits.ndim - 1,),
+                                           index_dtype=np.dtype(index_dtype))[0]
+  return [indices.update(dtype=temperature.dtype, weak_type=False), indices]
+
+
+categorical_p.def_abstract_eval(_categorical_abstract_eval)
+
+
+def _threefry_uniform(k0, k1, row, col, noise_dtype):
+  """u strictly inside (0, 1) from threefry2x32 keyed by (k0, k1) at counter (row, col)."""
+  from jax.extend.random import threefry2x32_p
+  y0, y1 = threefry2x32_p.bind(k0, k1, row, col)
+  if noise_dtype == np.float64:  # 52 random bits (float64 logits: x64 is on)
+    bits = (y0.astype(np.uint64) << np.uint64(32) | y1.astype(np.uint64)) >> np.uint64(12)
+    return (bits.astype(np.float64) + 0.5) * 2.0**-52
+  return ((y0 >> np.uint32(9)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0**-23)
+
+
+def _categorical_xla(keys, logits, temperature, offsets, *, index_dtype):
+  """Platforms without the handler, and method="xla": Gumbel noise from threefry2x32 keyed by
+  our key bits at counter (row counter, global column) — the handler's counters, offsets
+  included, so sharded and unsharded calls agree here too; the same distribution, not the same
+  samples as the handlers (another generator). Materialized."""
+  batch, cols = logits.shape[:-1], logits.shape[-1]
+  n, noise_dtype = len(batch), temperature.dtype
+  shape = logits.shape
+  rows = int(np.prod(batch, dtype=np.int64))
+  per_key = rows // int(np.prod(keys.shape[:-1], dtype=np.int64))
+  flat_row = jnp.zeros(shape, np.uint32)
+  stride = 1
+  for d in reversed(range(n)):
+    flat_row = flat_row + jax.lax.broadcasted_iota(np.uint32, shape, d) * np.uint32(stride)
+    stride *= batch[d]
+  row = offsets[0].astype(np.uint32) + flat_row % np.uint32(per_key)
+  col = offsets[1].astype(np.uint32) + jax.lax.broadcasted_iota(np.uint32, shape, n)
+  key = jnp.broadcast_to(keys, (*batch, 2))
+  k0 = jnp.broadcast_to(key[..., 0:1], shape)
+  k1 = jnp.broadcast_to(key[..., 1:2], shape)
+  g = -jnp.log(-jnp.log(_threefry_uniform(k0, k1, row, col, noise_dtype)))
+  t = jnp.broadcast_to(temperature, batch)[..., None]
+  x = logits.astype(noise_dtype)
+  y = jnp.where(t == 0, x, x * (1 / t) + g)
+  values, indices = _xla.xla_max_with_index(y, is_min=False, index_dtype=index_dtype)
+  return [values, indices]
+
+
+def _flat_sampler_operands(ctx, keys, temperature):
+  """keys [num_keys, 2] and temperature [1 | rows], the handler's layout (row-major reshapes),
+  and the matching ctx. Traced without the operands' sharding types: a reshape that merges a
+  split batch dimension is refused on explicit types, while as HLO it is what the partitioner
+  sees anyway (and, partitioned by _sharding, the blocks here are local)."""
+  k_aval, logits_aval, t_aval, o_aval = ctx.avals_in
+  plain = lambda a: ShapedArray(a.shape, a.dtype)
+  flat_k = ShapedArray((math.prod(k_aval.shape[:-1]), 2), k_aval.dtype)  # symbolic dims too
+  flat_t = ShapedArray((math.prod(t_aval.shape),), t_aval.dtype)
+  sub = ctx.replace(avals_in=[plain(k_aval), plain(t_aval)], avals_out=[flat_k, flat_t])
+  keys, temperature = mlir.lower_fun(
+      lambda k, t: (k.reshape(flat_k.shape), t.reshape(flat_t.shape)),
+      multiple_results=True)(sub, keys, temperature)
+  return keys, temperature, ctx.replace(avals_in=[flat_k, logits_aval, flat_t, o_aval])
+
+
+def _categorical_lowering(ctx, keys, logits, temperature, offsets, *, index_dtype, method,
+                          platform):
+  # A sharded input never reaches the opaque call whole: shard_map over its explicit axes,
+  # global row and column offsets per block (_sharding).
+  partitioned = _sharding.lower_categorical_partitioned(
+      ctx, keys, logits, temperature, offsets, index_dtype=index_dtype, method=method)
+  if partitioned is not None:
+    return partitioned
+  k_aval, aval, t_aval, _ = ctx.avals_in
+  if _dispatch.route("categorical", platform, aval.shape, aval.dtype, method) == "xla":
+    return mlir.lower_fun(
+        lambda *a: _categorical_xla(*a, index_dtype=index_dtype),
+        multiple_results=True)(ctx, keys, logits, temperature, offsets)
+  batch = aval.shape[:-1]
+  n = len(batch)
+  rows = _row_factors(n)
+  # Shardy rule (only where XLA, not the type, splits the call: Auto axes): a call on a block of
+  # rows is the same call only with one key per row (its counter is 0 + offsets[0], whatever the
+  # block), keys and per-row temperatures split with the rows; with shared keys a row's counter
+  # is its position, so the rows are replicated (gathered). The vocab is always replicated (the
+  # column offsets are the call's). Keys and temperature are tiny.
+  if n > 0 and key_prefix(k_aval.shape, batch) == n:
+    row_dim = rows[0] if n == 1 else CompoundFactor(*rows)
+    key_f, logit_f = (row_dim, "kw"), rows + ("cols",)
+    t_f = (row_dim,) if temperature_per_row(t_aval.shape, batch) else ("nt",)
+  else:
+    key_f, logit_f, t_f = ("nk", "kw"), tuple(f"x{i}" for i in range(n)) + ("cols",), ("nt",)
+  keys, temperature, flat_ctx = _flat_sampler_operands(ctx, keys, temperature)
+  return lower_handler(flat_ctx, "categorical", platform, [keys, logits, temperature, offsets],
+                       [key_f, logit_f, t_f, ("noff",)], [rows, rows])
+
+
+mlir.register_lowering(
+    categorical_p,
+    lambda ctx, *args, **params: _categorical_lowering(ctx, *args, platform="", **params))
+for _platform in ("cpu", "cuda"):
+  mlir.register_lowering(
+      categorical_p,
+      lambda ctx, *args, _p=_platform, **params: _categorical_lowering(ctx, *args, platform=_p,
+                                                                       **params),
+      platform=_platform)
+
+
+def _categorical_batching(batched_args, batch_dims, **params):
+  keys, logits, temperature, offsets = batched_args
+  kb, lb, tb, ob = batch_dims
+  if ob is not None:
+    raise NotImplementedError("categorical: batched offsets are not supported")
+  size = next(a.shape[d] for a, d in zip(batched_args, batch_dims)
+              if d is not None)
+  # The batch becomes the leading batch dimension; every batch element gets its own keys so
+  # that row r of element b draws exactly what it draws unbatched (its counter stays r): keys
+  # [size, *kb, 2] is the prefix form again.
+  if lb is None:
+    logits = jnp.broadcast_to(logits, (size, *logits.shape))
+  elif lb != 0:
+    logits = _xla.moveaxis_exact(logits, lb, 0)
+  keys = (jnp.moveaxis(keys, kb, 0) if kb is not None
+          else jnp.broadcast_to(keys, (size, *keys.shape)))
+  batch = logits.shape[:-1]
+  if tb is not None:
+    temperature = jnp.broadcast_to(jnp.moveaxis(temperature, tb, 0), batch)
+  elif temperature_per_row(temperature.shape, batch[1:]):
+    temperature = jnp.broadcast_to(temperature, batch)
+  else:  # shared: [1] * (n + 1)
+    temperature = temperature.reshape((1,) * len(batch))
+  outs = categorical_p.bind(keys, logits, temperature, offsets, **params)
+  return outs, [0, 0]
+
+
+batching.primitive_batchers[categorical_p] = _categorical_batching
+
+
+def _categorical_jvp(primals, tangents, **params):
+  del tangents
+  outs = categorical_p.bind(*primals, **params)
+  # A sample is not differentiable: symbolic zero tangents (float0 for the indices).
+  return outs, [Zero(typeof(o).to_tangent_aval()) for o in outs]
+
+
+ad.primitive_jvps[categorical_p] = _categorical_jvp
+
+
+def _varying(x) -> frozenset:
+  mat = getattr(typeof(x), "manual_axis_type", None)
+  return frozenset(getattr(mat, "varying", None) or ())
+
+
+def categorical_last_axis(keys, logits, temperature, offsets, *, index_dtype,
+                          method: str = "auto"):
+  """Binds ``categorical_p``: ``[noisy_max, indices]`` over the last axis of ``logits``
+  (operands as the block comment above says)."""
+  if method not in _dispatch.METHODS:
+    raise ValueError(f"method must be one of {_dispatch.METHODS}, got {method!r}")
+  operands = [keys, logits, temperature, offsets]
+  # Inside shard_map (check_vma): every operand varies along the union of their manual axes,
+  # so the results' type does too (a key that varies makes the sample vary).
+  varying = frozenset().union(*map(_varying, operands))
+  if varying:
+    operands = [jax.lax.pcast(a, tuple(sorted(varying - _varying(a), key=str)), to="varying")
+                if varying - _varying(a) else a for a in operands]
+  return categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype), method=method)

@@ -1,0 +1,601 @@
+// GPU == CPU bit-identity check of ffi/gumbel.h (the counter-based Gumbel noise of the fused
+// sampler, SPEC §1c). The same header runs in a kernel and on the host (compiled by nvcc's host
+// compiler); every result is compared bit for bit:
+//   * Philox-4x32-10 known answers on the device;
+//   * GumbelNoiseF32 / GumbelNoiseGroupF32 / GumbelNoiseF64 / GumbelNoiseGroupF64 on a grid of
+//     (key, row, column): rows up to 2^64-1, columns up to 2^31-1, device vs host, and group vs
+//     per-element on the device;
+//   * the transform over edge windows + a stride of all 2^32 bit patterns (float32), 2^22
+//     patterns (float64), the cheap upper bound, and the logs (GumbelLogF32 over a stride of all
+//     positive normal floats, GumbelLog1pF32, GumbelLogF64);
+//   * the FNV digests pinned in tests/cpp/gumbel_test.cc recomputed from the DEVICE results, so
+//     the GPU is tied to the values g++/clang give on any flags.
+// With --bench it also times, on 256 x 202048 float32 random-normal logits (one block of 512
+// threads per row, float4 loads), a plain argmax, a fused Gumbel-max with the noise of every
+// element, and two fused ones that skip the logs of groups that cannot win (GumbelUpperBoundF32,
+// warp-uniform branch; threshold = the warp's or the block's best so far): sketches for timing,
+// not the product kernel. The sample indices are checked (each fused variant == the host's
+// Gumbel-max over the same noise).
+//
+// Build: nvcc -std=c++17 -arch=sm_90 -O3 -Xcompiler -mfma -I ffi tests/cuda/gumbel_check.cu \
+//          -o /tmp/gumbel_check
+//        (no --use_fast_math, no -ftz=true: the header needs IEEE mode. -Xcompiler -mfma only
+//        makes the host side ~10x faster (std::fma inline instead of a libm call), same bits.)
+// Run:   /tmp/gumbel_check [--bench]   (host side: ~100M reference values, some 10-30 s)
+// Prints one line per check and "gumbel_check: PASS (...)" or "gumbel_check: FAIL (...)";
+// exits 1 on any mismatch, 2 on a CUDA error.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cinttypes>
+#include <cstdarg>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gumbel.h"
+
+using namespace jax_argreduce;
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e = (x);                                                                  \
+    if (e != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
+      std::exit(2);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace {
+
+int g_failures = 0;
+uint64_t g_compared = 0;
+
+uint32_t Bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+uint64_t Bits(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, 8);
+  return b;
+}
+float FloatOf(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+double DoubleOf(uint64_t b) {
+  double x;
+  std::memcpy(&x, &b, 8);
+  return x;
+}
+
+template <class T>
+T* ToDevice(const std::vector<T>& h) {
+  T* d = nullptr;
+  CHECK(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)));
+  if (!h.empty()) CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <class T>
+std::vector<T> ToHost(const T* d, size_t n) {
+  std::vector<T> h(n);
+  if (n) CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Compares device and host bit patterns; prints the first few mismatches.
+template <class Bits_t, class Describe>
+void Compare(const char* what, const std::vector<Bits_t>& dev, const std::vector<Bits_t>& host,
+             Describe describe) {
+  uint64_t bad = 0;
+  for (size_t i = 0; i < dev.size(); ++i) {
+    if (dev[i] != host[i]) {
+      if (bad < 5)
+        std::printf("    %s mismatch at %s: device %016" PRIx64 " host %016" PRIx64 "\n", what,
+                    describe(i).c_str(), static_cast<uint64_t>(dev[i]),
+                    static_cast<uint64_t>(host[i]));
+      ++bad;
+    }
+  }
+  g_compared += dev.size();
+  std::printf("%s  %s: %zu values, %" PRIu64 " mismatches\n", bad ? "FAIL" : "ok  ", what,
+              dev.size(), bad);
+  if (bad) ++g_failures;
+}
+
+std::string Str(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Str(const char* fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+__global__ void PhiloxKernel(const uint32_t* in, uint32_t* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const Philox4x32Block r = Philox4x32_10(
+      Philox4x32Block{{in[6 * i], in[6 * i + 1], in[6 * i + 2], in[6 * i + 3]}}, in[6 * i + 4],
+      in[6 * i + 5]);
+  for (int j = 0; j < 4; ++j) out[4 * i + j] = r.v[j];
+}
+
+void CheckKat() {
+  const uint32_t kat[3][10] = {
+      {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+      {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+       0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+      {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+       0x94fdcceb, 0x5001e420, 0x24126ea1}};
+  std::vector<uint32_t> in, expect;
+  for (auto& k : kat) {
+    in.insert(in.end(), k, k + 6);
+    expect.insert(expect.end(), k + 6, k + 10);
+  }
+  uint32_t* d_in = ToDevice(in);
+  uint32_t* d_out = ToDevice(std::vector<uint32_t>(12, 0));
+  PhiloxKernel<<<1, 32>>>(d_in, d_out, 3);
+  CHECK(cudaGetLastError());
+  Compare("Philox4x32-10 KAT on the device", ToHost(d_out, 12), expect,
+          [](size_t i) { return Str("vector %zu word %zu", i / 4, i % 4); });
+  cudaFree(d_in);
+  cudaFree(d_out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grid of (key, row, column).
+struct Query {
+  uint32_t k0, k1;
+  uint64_t row;
+  uint32_t col;
+};
+
+__global__ void GridKernel(const Query* q, int n, uint32_t* f32, uint32_t* f32_group,
+                           uint64_t* f64, uint64_t* f64_group) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const Query x = q[i];
+  f32[i] = __float_as_uint(GumbelNoiseF32(x.k0, x.k1, x.row, x.col));
+  const GumbelF32x4 g = GumbelNoiseGroupF32(x.k0, x.k1, x.row, x.col / 4);
+  const uint32_t j = x.col % 4;
+  f32_group[i] = __float_as_uint(j == 0 ? g.v[0] : j == 1 ? g.v[1] : j == 2 ? g.v[2] : g.v[3]);
+  f64[i] = static_cast<uint64_t>(__double_as_longlong(GumbelNoiseF64(x.k0, x.k1, x.row, x.col)));
+  const GumbelF64x2 h = GumbelNoiseGroupF64(x.k0, x.k1, x.row, x.col / 2);
+  f64_group[i] =
+      static_cast<uint64_t>(__double_as_longlong((x.col % 2) == 0 ? h.v[0] : h.v[1]));
+}
+
+void CheckGrid() {
+  const uint32_t keys[][2] = {{0, 0}, {0x12345678u, 0x9abcdef0u}, {0xFFFFFFFFu, 0xFFFFFFFFu},
+                              {0xC0FFEEu, 0xBADF00Du}};
+  const uint64_t rows[] = {0, 1, 2, 3, 255, 65537, 0xFFFFFFFFull, 0x100000000ull,
+                           0x123456789abull, ~0ull};
+  std::vector<uint32_t> cols;
+  for (uint32_t c = 0; c < 4096; ++c) cols.push_back(c);
+  for (uint32_t base : {202048u - 2048u, 262144u - 2048u, 0x80000000u - 4096u})
+    for (uint32_t c = 0; c < 4096; ++c) cols.push_back(base + c);
+  std::vector<Query> q;
+  for (auto& k : keys)
+    for (uint64_t r : rows)
+      for (uint32_t c : cols) q.push_back({k[0], k[1], r, c});
+  const int n = static_cast<int>(q.size());
+  Query* d_q = ToDevice(q);
+  uint32_t *d_f32, *d_f32g;
+  uint64_t *d_f64, *d_f64g;
+  CHECK(cudaMalloc(&d_f32, n * 4));
+  CHECK(cudaMalloc(&d_f32g, n * 4));
+  CHECK(cudaMalloc(&d_f64, n * 8));
+  CHECK(cudaMalloc(&d_f64g, n * 8));
+  GridKernel<<<(n + 255) / 256, 256>>>(d_q, n, d_f32, d_f32g, d_f64, d_f64g);
+  CHECK(cudaGetLastError());
+  const auto f32 = ToHost(d_f32, n), f32g = ToHost(d_f32g, n);
+  const auto f64 = ToHost(d_f64, n), f64g = ToHost(d_f64g, n);
+  std::vector<uint32_t> h32(n);
+  std::vector<uint64_t> h64(n);
+  for (int i = 0; i < n; ++i) {
+    h32[i] = Bits(GumbelNoiseF32(q[i].k0, q[i].k1, q[i].row, q[i].col));
+    h64[i] = Bits(GumbelNoiseF64(q[i].k0, q[i].k1, q[i].row, q[i].col));
+  }
+  auto where = [&](size_t i) {
+    return Str("key %08x %08x row %" PRIu64 " col %u", q[i].k0, q[i].k1, q[i].row, q[i].col);
+  };
+  Compare("GumbelNoiseF32 device == host", f32, h32, where);
+  Compare("GumbelNoiseGroupF32 device == GumbelNoiseF32 host", f32g, h32, where);
+  Compare("GumbelNoiseF64 device == host", f64, h64, where);
+  Compare("GumbelNoiseGroupF64 device == GumbelNoiseF64 host", f64g, h64, where);
+  cudaFree(d_q);
+  cudaFree(d_f32);
+  cudaFree(d_f32g);
+  cudaFree(d_f64);
+  cudaFree(d_f64g);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise functions over input lists.
+enum Fn : int { kNoise32 = 0, kBound32, kLog32, kLog1p32, kNoise64, kBound64, kLog64, kLog1p64 };
+
+__global__ void Map32Kernel(int fn, const uint32_t* in, uint32_t* out, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint32_t b = in[i];
+    float r = 0;
+    switch (fn) {
+      case kNoise32: r = GumbelFromBitsF32(b); break;
+      case kBound32: r = GumbelUpperBoundF32(b); break;
+      case kLog32: r = GumbelLogF32(__uint_as_float(b)); break;
+      case kLog1p32: r = GumbelLog1pF32(__uint_as_float(b)); break;
+      default: break;
+    }
+    out[i] = __float_as_uint(r);
+  }
+}
+__global__ void Map64Kernel(int fn, const uint64_t* in, uint64_t* out, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint64_t b = in[i];
+    const double x = __longlong_as_double(static_cast<long long>(b));
+    double r = 0;
+    switch (fn) {
+      case kNoise64: r = GumbelFromBitsF64(b); break;
+      case kBound64: r = GumbelUpperBoundF64(b); break;
+      case kLog64: r = GumbelLogF64(x); break;
+      case kLog1p64: r = GumbelLog1pF64(x); break;
+      default: break;
+    }
+    out[i] = static_cast<uint64_t>(__double_as_longlong(r));
+  }
+}
+
+std::vector<uint32_t> DeviceMap32(Fn fn, const std::vector<uint32_t>& in) {
+  uint32_t* d_in = ToDevice(in);
+  uint32_t* d_out;
+  CHECK(cudaMalloc(&d_out, std::max<size_t>(1, in.size()) * 4));
+  Map32Kernel<<<1024, 256>>>(fn, d_in, d_out, in.size());
+  CHECK(cudaGetLastError());
+  auto out = ToHost(d_out, in.size());
+  cudaFree(d_in);
+  cudaFree(d_out);
+  return out;
+}
+std::vector<uint64_t> DeviceMap64(Fn fn, const std::vector<uint64_t>& in) {
+  uint64_t* d_in = ToDevice(in);
+  uint64_t* d_out;
+  CHECK(cudaMalloc(&d_out, std::max<size_t>(1, in.size()) * 8));
+  Map64Kernel<<<1024, 256>>>(fn, d_in, d_out, in.size());
+  CHECK(cudaGetLastError());
+  auto out = ToHost(d_out, in.size());
+  cudaFree(d_in);
+  cudaFree(d_out);
+  return out;
+}
+
+uint32_t HostMap32(Fn fn, uint32_t b) {
+  switch (fn) {
+    case kNoise32: return Bits(GumbelFromBitsF32(b));
+    case kBound32: return Bits(GumbelUpperBoundF32(b));
+    case kLog32: return Bits(GumbelLogF32(FloatOf(b)));
+    case kLog1p32: return Bits(GumbelLog1pF32(FloatOf(b)));
+    default: return 0;
+  }
+}
+uint64_t HostMap64(Fn fn, uint64_t b) {
+  switch (fn) {
+    case kNoise64: return Bits(GumbelFromBitsF64(b));
+    case kBound64: return Bits(GumbelUpperBoundF64(b));
+    case kLog64: return Bits(GumbelLogF64(DoubleOf(b)));
+    case kLog1p64: return Bits(GumbelLog1pF64(DoubleOf(b)));
+    default: return 0;
+  }
+}
+
+void CompareMap32(const char* what, Fn fn, const std::vector<uint32_t>& in,
+                  std::vector<uint32_t>* dev_out = nullptr) {
+  const auto dev = DeviceMap32(fn, in);
+  std::vector<uint32_t> host(in.size());
+  for (size_t i = 0; i < in.size(); ++i) host[i] = HostMap32(fn, in[i]);
+  Compare(what, dev, host, [&](size_t i) { return Str("input %08x", in[i]); });
+  if (dev_out) *dev_out = dev;
+}
+void CompareMap64(const char* what, Fn fn, const std::vector<uint64_t>& in,
+                  std::vector<uint64_t>* dev_out = nullptr) {
+  const auto dev = DeviceMap64(fn, in);
+  std::vector<uint64_t> host(in.size());
+  for (size_t i = 0; i < in.size(); ++i) host[i] = HostMap64(fn, in[i]);
+  Compare(what, dev, host, [&](size_t i) { return Str("input %016" PRIx64, in[i]); });
+  if (dev_out) *dev_out = dev;
+}
+
+uint64_t Fnv(uint64_t h, uint64_t v) {
+  for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xFF)) * 0x100000001B3ull;
+  return h;
+}
+
+void CheckTransformsAndDigests() {
+  // float32 noise and bound: edge windows + a stride over all 2^32 patterns.
+  std::vector<uint32_t> bits;
+  for (uint64_t b = 0; b < (1u << 20); ++b) {
+    bits.push_back(static_cast<uint32_t>(b));
+    bits.push_back(static_cast<uint32_t>(0x80000000ull - (1u << 19) + b));
+    bits.push_back(static_cast<uint32_t>(0xFFFFFFFFull - b));
+  }
+  for (uint64_t b = 0; b < (1ull << 32); b += 251) bits.push_back(static_cast<uint32_t>(b));
+  CompareMap32("GumbelFromBitsF32 device == host (edges + every 251st of 2^32)", kNoise32, bits);
+  CompareMap32("GumbelUpperBoundF32 device == host", kBound32, bits);
+
+  // The pinned digests of tests/cpp/gumbel_test.cc, from the device's results.
+  const uint64_t kPinned[4] = {0x684354c453b8f544ull, 0x1cbb1bbaf913e66cull,
+                               0xf0ae51cd8280e5c2ull, 0xc53f1c3d8eef4912ull};
+  uint64_t digest[4] = {0xCBF29CE484222325ull, 0xCBF29CE484222325ull, 0xCBF29CE484222325ull,
+                        0xCBF29CE484222325ull};
+  {
+    std::vector<uint32_t> in;
+    for (uint64_t b = 0; b < (1ull << 32); b += 1021) in.push_back(static_cast<uint32_t>(b));
+    in.push_back(0xFFFFFFFFu);
+    std::vector<uint32_t> dev;
+    CompareMap32("GumbelFromBitsF32 device == host (digest set)", kNoise32, in, &dev);
+    for (uint32_t v : dev) digest[0] = Fnv(digest[0], v);
+  }
+  {
+    std::vector<uint64_t> in;
+    for (uint64_t i = 0; i < (1u << 20); ++i) {
+      const uint64_t b = i * 0x9E3779B97F4A7C15ull;
+      in.push_back(b);
+      in.push_back(b >> (i % 64));
+    }
+    std::vector<uint64_t> dev;
+    CompareMap64("GumbelFromBitsF64 device == host (digest set)", kNoise64, in, &dev);
+    for (uint64_t v : dev) digest[1] = Fnv(digest[1], v);
+    CompareMap64("GumbelUpperBoundF64 device == host", kBound64, in);
+  }
+  {
+    // log32 digest interleaves log(x) and, where defined, log1p(x - 1).
+    std::vector<uint32_t> xs, x1;
+    std::vector<uint8_t> has1;
+    for (uint32_t bb = Bits(FLT_MIN); bb < Bits(FLT_MAX); bb += 4093) {
+      xs.push_back(bb);
+      const bool ok = FloatOf(bb) >= 0x1p-20f && FloatOf(bb) <= 0x1p100f;
+      has1.push_back(ok);
+      if (ok) x1.push_back(Bits(FloatOf(bb) - 1.0f));
+    }
+    std::vector<uint32_t> dl, dl1;
+    CompareMap32("GumbelLogF32 device == host (digest set)", kLog32, xs, &dl);
+    CompareMap32("GumbelLog1pF32 device == host (digest set)", kLog1p32, x1, &dl1);
+    size_t k = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      digest[2] = Fnv(digest[2], dl[i]);
+      if (has1[i]) digest[2] = Fnv(digest[2], dl1[k++]);
+    }
+  }
+  {
+    std::vector<uint64_t> xs;
+    for (uint64_t i = 0; i < (1u << 20); ++i)
+      xs.push_back((1 + (i * 2654435761u) % 2046) << 52 | ((i * 0x9E3779B97F4A7C15ull) >> 12));
+    std::vector<uint64_t> dev;
+    CompareMap64("GumbelLogF64 device == host (digest set)", kLog64, xs, &dev);
+    for (uint64_t v : dev) digest[3] = Fnv(digest[3], v);
+  }
+  const bool ok = std::equal(digest, digest + 4, kPinned);
+  std::printf("%s  device digests == gumbel_test's pinned digests: %016" PRIx64 " %016" PRIx64
+              " %016" PRIx64 " %016" PRIx64 "\n",
+              ok ? "ok  " : "FAIL", digest[0], digest[1], digest[2], digest[3]);
+  if (!ok) ++g_failures;
+
+  // More log inputs: a stride over all positive normal floats, log1p over (-1, 2^30].
+  std::vector<uint32_t> logs;
+  for (uint32_t bb = Bits(FLT_MIN); bb < Bits(FLT_MAX); bb += 127) logs.push_back(bb);
+  CompareMap32("GumbelLogF32 device == host (every 127th positive normal)", kLog32, logs);
+  std::vector<uint32_t> log1ps;
+  for (uint32_t bb = Bits(0x1p-60f); bb <= Bits(0x1p30f); bb += 61) log1ps.push_back(bb);
+  for (uint32_t bb = Bits(0x1p-60f); bb <= Bits(1.0f - 0x1p-24f); bb += 61)
+    log1ps.push_back(bb | 0x80000000u);
+  CompareMap32("GumbelLog1pF32 device == host (x in (-1, 2^30])", kLog1p32, log1ps);
+  std::mt19937_64 rng(12345);
+  std::vector<uint64_t> b64, l64, l1p64;
+  for (int i = 0; i < (1 << 22); ++i) {
+    const uint64_t r = rng();
+    const int shift = static_cast<int>(rng() % 64);
+    b64.push_back(i % 4 == 0 ? r >> shift : i % 4 == 1 ? ~(r >> shift) : r);
+    l64.push_back((1 + rng() % 2046) << 52 | (r >> 12));
+    double y = DoubleOf((1023 - 80 + rng() % 120) << 52 | (r >> 12));
+    if ((r & 1) && y < 1) y = -y;
+    l1p64.push_back(Bits(y));
+  }
+  CompareMap64("GumbelFromBitsF64 device == host (2^22 patterns, tails)", kNoise64, b64);
+  CompareMap64("GumbelLogF64 device == host", kLog64, l64);
+  CompareMap64("GumbelLog1pF64 device == host", kLog1p64, l1p64);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --bench: fused Gumbel-max sketches on [rows, cols] float32 logits, one block per row.
+constexpr int kBenchThreads = 512;
+
+struct Best {
+  float v;
+  int i;
+};
+__device__ __forceinline__ Best BetterOf(Best a, Best b) {
+  return (b.v > a.v || (b.v == a.v && b.i < a.i)) ? b : a;
+}
+__device__ __forceinline__ Best BlockReduce(Best b) {
+  __shared__ float sv[kBenchThreads / 32];
+  __shared__ int si[kBenchThreads / 32];
+  for (int o = 16; o > 0; o >>= 1)
+    b = BetterOf(b, Best{__shfl_xor_sync(~0u, b.v, o), __shfl_xor_sync(~0u, b.i, o)});
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sv[w] = b.v, si[w] = b.i;
+  __syncthreads();
+  if (w == 0) {
+    b = lane < kBenchThreads / 32 ? Best{sv[lane], si[lane]} : Best{-INFINITY, 0x7FFFFFFF};
+    for (int o = 16; o > 0; o >>= 1)
+      b = BetterOf(b, Best{__shfl_xor_sync(~0u, b.v, o), __shfl_xor_sync(~0u, b.i, o)});
+  }
+  return b;
+}
+
+// Monotone float <-> int32 map (for atomicMax on a float), -inf..+inf; no NaN here.
+__device__ __forceinline__ int FloatKey(float x) {
+  const int b = __float_as_int(x);
+  return b >= 0 ? b : b ^ 0x7FFFFFFF;
+}
+__device__ __forceinline__ float KeyFloat(int k) {
+  return __int_as_float(k >= 0 ? k : k ^ 0x7FFFFFFF);
+}
+
+// kMode 0: argmax of the logits; 1: Gumbel-max, noise of every element; 2: Gumbel-max, logs only
+// for groups where some element may beat the warp's best; 3: as 2 with the best of the whole
+// block as threshold (shared memory, atomicMax after each slow step). "bound < threshold" is
+// exact: the threshold is a value some element of the row reached, and such an element can
+// neither win nor tie.
+template <int kMode>
+__global__ void __launch_bounds__(kBenchThreads) BenchKernel(const float4* __restrict__ logits,
+                                                             int groups, uint32_t k0, uint32_t k1,
+                                                             int* out) {
+  const uint64_t row = blockIdx.x;
+  const float4* r = logits + row * groups;
+  Best best{-INFINITY, 0x7FFFFFFF};
+  float warp_best = -INFINITY;
+  __shared__ int block_best_key;
+  if (threadIdx.x == 0) block_best_key = FloatKey(-INFINITY);
+  __syncthreads();
+  // Warp-uniform trip count (the pruned variant votes across the warp).
+  for (int base = 0; base < groups; base += kBenchThreads) {
+    const int g = base + static_cast<int>(threadIdx.x);
+    const bool valid = g < groups;
+    const float4 l4 = valid ? r[g] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    const float l[4] = {l4.x, l4.y, l4.z, l4.w};
+    if (kMode == 0) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (l[j] > best.v) best = Best{l[j], 4 * g + j};
+      continue;
+    }
+    const Philox4x32Block b = GumbelBitsGroupF32(k0, k1, row, g);
+    bool need = true;
+    if (kMode >= 2) {
+      const uint32_t bmax = max(max(b.v[0], b.v[1]), max(b.v[2], b.v[3]));
+      const float lmax = fmaxf(fmaxf(l[0], l[1]), fmaxf(l[2], l[3]));
+      const float threshold =
+          kMode == 3 ? fmaxf(warp_best, KeyFloat(*static_cast<volatile int*>(&block_best_key)))
+                     : warp_best;
+      need = valid && !(__fadd_rn(lmax, GumbelUpperBoundF32(bmax)) < threshold);  // NaN: need
+    }
+    if (kMode == 1 || __any_sync(~0u, need)) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float v = __fadd_rn(l[j], GumbelFromBitsF32(b.v[j]));
+        if (v > best.v) best = Best{v, 4 * g + j};
+      }
+      if (kMode >= 2) {
+        float m = best.v;
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+        warp_best = m;
+        if (kMode == 3 && threadIdx.x % 32 == 0) atomicMax(&block_best_key, FloatKey(m));
+      }
+    }
+  }
+  best = BlockReduce(best);
+  if (threadIdx.x == 0) out[row] = best.i;
+}
+
+void Bench() {
+  const int rows = 256, cols = 202048, groups = cols / 4;
+  std::vector<float> logits(static_cast<size_t>(rows) * cols);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : logits) x = normal(rng);
+  float* d_logits = ToDevice(logits);
+  int* d_out;
+  CHECK(cudaMalloc(&d_out, rows * sizeof(int)));
+  const uint32_t k0 = 0x243F6A88u, k1 = 0x85A308D3u;
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  std::vector<std::vector<int>> results;
+  const char* names[4] = {"argmax (no noise)", "fused Gumbel-max, all logs",
+                          "fused, logs pruned (warp best)", "fused, logs pruned (block best)"};
+  for (int mode = 0; mode < 4; ++mode) {
+    auto launch = [&] {
+      const float4* p = reinterpret_cast<const float4*>(d_logits);
+      if (mode == 0) BenchKernel<0><<<rows, kBenchThreads>>>(p, groups, k0, k1, d_out);
+      if (mode == 1) BenchKernel<1><<<rows, kBenchThreads>>>(p, groups, k0, k1, d_out);
+      if (mode == 2) BenchKernel<2><<<rows, kBenchThreads>>>(p, groups, k0, k1, d_out);
+      if (mode == 3) BenchKernel<3><<<rows, kBenchThreads>>>(p, groups, k0, k1, d_out);
+    };
+    for (int i = 0; i < 5; ++i) launch();
+    std::vector<float> ms;
+    for (int i = 0; i < 30; ++i) {
+      CHECK(cudaEventRecord(start));
+      launch();
+      CHECK(cudaEventRecord(stop));
+      CHECK(cudaEventSynchronize(stop));
+      float t;
+      CHECK(cudaEventElapsedTime(&t, start, stop));
+      ms.push_back(t);
+    }
+    CHECK(cudaGetLastError());
+    std::sort(ms.begin(), ms.end());
+    std::printf("bench %dx%d float32, %-32s median %8.2f us (event timing, includes launch)\n",
+                rows, cols, names[mode], 1000 * ms[ms.size() / 2]);
+    results.push_back(ToHost(d_out, rows));
+  }
+  // Host Gumbel-max over the same noise (first index on ties).
+  std::vector<int> host(rows);
+  for (int r = 0; r < rows; ++r) {
+    float best = -INFINITY;
+    int bi = 0;
+    for (int g = 0; g < groups; ++g) {
+      const GumbelF32x4 n = GumbelNoiseGroupF32(k0, k1, static_cast<uint64_t>(r), g);
+      for (int j = 0; j < 4; ++j) {
+        const float v = logits[static_cast<size_t>(r) * cols + 4 * g + j] + n.v[j];
+        if (v > best) best = v, bi = 4 * g + j;
+      }
+    }
+    host[r] = bi;
+  }
+  int bad_full = 0, bad_pruned = 0, same_as_argmax = 0;
+  for (int r = 0; r < rows; ++r) {
+    bad_full += results[1][r] != host[r];
+    bad_pruned += (results[2][r] != host[r]) + (results[3][r] != host[r]);
+    same_as_argmax += results[1][r] == results[0][r];
+  }
+  std::printf("%s  bench samples: fused == host Gumbel-max in %d/%d rows, pruned (both) == host"
+              " in %d/%d (%d rows drew the argmax)\n",
+              bad_full || bad_pruned ? "FAIL" : "ok  ", rows - bad_full, rows,
+              2 * rows - bad_pruned, 2 * rows, same_as_argmax);
+  if (bad_full || bad_pruned) ++g_failures;
+  cudaFree(d_logits);
+  cudaFree(d_out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool bench = false;
+  for (int i = 1; i < argc; ++i) bench |= std::strcmp(argv[i], "--bench") == 0;
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("gumbel_check on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  CheckKat();
+  CheckGrid();
+  CheckTransformsAndDigests();
+  if (bench) Bench();
+  if (g_failures == 0) {
+    std::printf("gumbel_check: PASS (%" PRIu64 " values compared bit for bit)\n", g_compared);
+    return 0;
+  }
+  std::printf("gumbel_check: FAIL (%d checks failed, %" PRIu64 " values compared)\n", g_failures,
+              g_compared);
+  return 1;
+}

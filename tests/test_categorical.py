@@ -1,0 +1,840 @@
+"""`jax_argreduce.categorical` on the CPU handler (SPEC §1c): statistics and contract.
+
+Statistics, every seed and threshold fixed in advance (the tests are deterministic; a p-value
+below the threshold is a failure, not bad luck):
+  * chi-square goodness of fit against ``softmax(logits / T)`` (float64 reference from the logits
+    as rounded to their dtype): peaked, flat, masked with -inf, T = 0.5 / 1 / 2 (scalar and per
+    row), vocabularies 1..33, 1000 and 4099 (not a multiple of any block size, the mass put on
+    the ragged ends), float32 / bfloat16 / float16 / float64 logits; bins with an expected count
+    below 5 are pooled; p >= 1e-6. Many draws per call: a scalar key puts the row index in the
+    counter, so each row of one call is an independent draw;
+  * the Gumbel noise itself (the internal noisy-maximum output): Kolmogorov-Smirnov against the
+    Gumbel CDF (p >= 1e-6), its documented range, its upper tail P(G > 8);
+  * tails: a head 12 above a 20,000-token tail (mass 10.9%, 12,000 draws) and a head 18 above a
+    200,000-token tail (mass 0.30%, 10,000 draws; the precise version with millions of draws is
+    on the GPU, tests/test_gpu_categorical.py): observed tail count within 5 standard errors;
+  * independence: agreement of two keys' samples at chance (1/V within 5 standard errors) for
+    every key impl and ways of deriving keys; the joint law of adjacent rows' samples (chi-square
+    against the product of uniforms);
+  * the distribution equals jax.random.categorical's (two-sample chi-square, p >= 1e-6).
+Contract: indices in range whatever the logits (NaN, ±inf, subnormal, random bits), -inf never
+drawn, an all -inf row gives 0, the first NaN wins, T == 0 rows are exactly ``argmax``; the same
+key gives the same samples (eager, jit, export), a sample depends only on (key, row, column):
+not on the logits' dtype (bfloat16/float16 logits == their float32 widening), the index dtype
+(x64), trailing -inf columns, the rows after it, or (per-row keys) the row's position in the
+batch; vmap equals a loop; key impls and raw keys; errors; grad (float0); jax.export.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_argreduce
+import reference
+from jax_argreduce import _ffi, _primitives
+
+P_MIN = 1e-6          # every goodness-of-fit p-value must be at least this
+SIGMAS = 5.0          # every frequency within this many standard errors of its expectation
+MIN_EXPECTED = 5.0    # chi-square bins with a smaller expected count are pooled
+IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+# ffi/gumbel.h: kGumbelMinF32 / kGumbelMaxF32, kGumbelMinF64 / kGumbelMaxF64.
+G_MIN_F32, G_MAX_F32 = float.fromhex("-0x1.90a3aap+1"), float.fromhex("0x1.6dfb52p+4")
+G_MIN_F64, G_MAX_F64 = float.fromhex("-0x1.e7686d3aca577p+1"), float.fromhex("0x1.686fc0af622d7p+5")
+
+
+# ------------------------------------------------------------------------------ statistics
+
+def chi2_sf(x: float, df: int) -> float:
+  """P(chi2_df >= x): the regularized upper incomplete gamma Q(df/2, x/2) (series below
+  a + 1, Lentz's continued fraction above; Numerical Recipes 6.2). No scipy needed."""
+  a, x = df / 2.0, x / 2.0
+  if x <= 0:
+    return 1.0
+  log_prefactor = -x + a * math.log(x) - math.lgamma(a)
+  if x < a + 1:
+    term = total = 1.0 / a
+    ap = a
+    for _ in range(100000):
+      ap += 1
+      term *= x / ap
+      total += term
+      if abs(term) < abs(total) * 1e-16:
+        break
+    return max(0.0, 1.0 - total * math.exp(log_prefactor))
+  tiny = 1e-300
+  b = x + 1 - a
+  c, d = 1 / tiny, 1 / b
+  h = d
+  for i in range(1, 100000):
+    an = -i * (i - a)
+    b += 2
+    d = an * d + b
+    d = tiny if abs(d) < tiny else d
+    c = b + an / c
+    c = tiny if abs(c) < tiny else c
+    d = 1 / d
+    delta = d * c
+    h *= delta
+    if abs(delta - 1) < 1e-16:
+      break
+  return math.exp(log_prefactor) * h
+
+
+def kolmogorov_sf(d: float, n: int) -> float:
+  """P(D_n >= d) for the one-sample Kolmogorov-Smirnov statistic (asymptotic, Stephens'
+  correction)."""
+  lam = (math.sqrt(n) + 0.12 + 0.11 / math.sqrt(n)) * d
+  if lam < 0.2:
+    return 1.0
+  return min(1.0, max(0.0, 2 * sum((-1) ** (k - 1) * math.exp(-2 * k * k * lam * lam)
+                                   for k in range(1, 200))))
+
+
+def _pool(observed, expected):
+  """Keeps bins with expected >= MIN_EXPECTED, pools the rest into one bin (merged into the
+  smallest kept bin if still below MIN_EXPECTED)."""
+  observed, expected = np.asarray(observed, np.float64), np.asarray(expected, np.float64)
+  keep = expected >= MIN_EXPECTED
+  obs, exp = list(observed[keep]), list(expected[keep])
+  if (~keep).any():
+    o, e = observed[~keep].sum(), expected[~keep].sum()
+    if e >= MIN_EXPECTED or not exp:
+      obs.append(o)
+      exp.append(e)
+    else:
+      i = int(np.argmin(exp))
+      obs[i] += o
+      exp[i] += e
+  return np.asarray(obs), np.asarray(exp)
+
+
+def chi_square_gof(samples, probs):
+  """(statistic, df, p) of the samples against ``probs``; zero-probability categories must
+  never be drawn and every index must be in range."""
+  samples = np.asarray(samples).ravel()
+  probs = np.asarray(probs, np.float64)
+  assert samples.min() >= 0 and samples.max() < probs.size, "index out of range"
+  counts = np.bincount(samples, minlength=probs.size).astype(np.float64)
+  zero = probs == 0
+  assert counts[zero].sum() == 0, f"drew zero-probability categories {np.nonzero(counts * zero)}"
+  obs, exp = _pool(counts[~zero], samples.size * probs[~zero] / probs[~zero].sum())
+  stat = float(np.sum((obs - exp) ** 2 / exp))
+  df = max(len(obs) - 1, 1)
+  return stat, df, chi2_sf(stat, df)
+
+
+def chi_square_two_sample(a, b, size: int):
+  """(statistic, df, p) of the homogeneity test of two equal-size samples over ``size``
+  categories (bins with fewer than 2 * MIN_EXPECTED draws in all are pooled)."""
+  ca = np.bincount(np.asarray(a).ravel(), minlength=size).astype(np.float64)
+  cb = np.bincount(np.asarray(b).ravel(), minlength=size).astype(np.float64)
+  assert ca.size == size and cb.size == size and ca.sum() == cb.sum()
+  keep = ca + cb >= 2 * MIN_EXPECTED
+  oa, ob = list(ca[keep]), list(cb[keep])
+  if (~keep).any() and (ca[~keep] + cb[~keep]).sum() > 0:
+    oa.append(ca[~keep].sum())
+    ob.append(cb[~keep].sum())
+  oa, ob = np.asarray(oa), np.asarray(ob)
+  stat = float(np.sum((oa - ob) ** 2 / (oa + ob)))
+  df = max(len(oa) - 1, 1)
+  return stat, df, chi2_sf(stat, df)
+
+
+def within_sigmas(observed: float, n: int, p: float):
+  """(z, ok): the binomial z-score of ``observed`` successes in ``n`` trials of probability p."""
+  sd = math.sqrt(n * p * (1 - p))
+  z = (observed - n * p) / sd
+  return z, abs(z) <= SIGMAS
+
+
+def softmax_probs(logits, temperature=1.0):
+  """softmax(logits / T) in float64 from the logits as rounded to their dtype (-inf -> 0)."""
+  x = np.asarray(logits).astype(np.float64) / temperature
+  m = np.max(x[np.isfinite(x)])
+  p = np.where(np.isneginf(x), 0.0, np.exp(x - m))
+  return p / p.sum()
+
+
+def gumbel_cdf(g):
+  return np.exp(-np.exp(-np.asarray(g, np.float64)))
+
+
+def sample(key, logits, **kw) -> np.ndarray:
+  return np.asarray(jax_argreduce.categorical(key, logits, **kw))
+
+
+def tiled(row, rows: int, dtype=np.float32):
+  """``rows`` copies of one logits row (each an independent draw under a scalar key)."""
+  return jnp.asarray(np.tile(np.asarray(row, np.float64).astype(
+      reference.np_dtype(dtype))[None], (rows, 1)))
+
+
+def noise(key, rows: int, col: int, dtype=np.float32) -> np.ndarray:
+  """G(key, row, col) for rows 0..rows-1, from the noisy maximum of a row whose only finite
+  logit (0) sits at column ``col`` (internal output of the primitive)."""
+  x = np.full((rows, col + 1), -np.inf, dtype)
+  x[:, col] = 0
+  bits = jax.random.key_data(key).reshape(1, 2).astype(np.uint32)
+  noise_dtype = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+  values, indices = _primitives.categorical_last_axis(
+      bits, jnp.asarray(x), jnp.ones((1,), noise_dtype), jnp.zeros((2,), np.int32),
+      index_dtype=np.int32)
+  assert (np.asarray(indices) == col).all()
+  return np.asarray(values)
+
+
+def report(name, **stats):
+  print(f"[categorical stats] {name}: " + ", ".join(
+      f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in stats.items()))
+
+
+# ------------------------------------------------------------------------------ the helpers
+
+def test_statistics_helpers_against_known_values():
+  # scipy.stats.chi2.sf / kstwobign.sf values.
+  assert chi2_sf(3.841458820694124, 1) == pytest.approx(0.05, rel=1e-9)
+  assert chi2_sf(124.342, 100) == pytest.approx(0.05000071576997178, rel=1e-9)
+  assert chi2_sf(50.0, 9) == pytest.approx(1.0772382022574693e-07, rel=1e-9)
+  assert chi2_sf(4.0, 9) == pytest.approx(0.9114125268316792, rel=1e-9)
+  assert chi2_sf(1500.0, 1000) == pytest.approx(1.0454640385980825e-22, rel=1e-9)
+  assert kolmogorov_sf(1.3580986393225505 / math.sqrt(1e6), 10**6) == pytest.approx(0.05,
+                                                                                     rel=1e-3)
+  stat, df, p = chi_square_gof(np.repeat(np.arange(4), 25), [0.25] * 4)
+  assert (stat, df, p) == (0.0, 3, 1.0)
+  _, _, p = chi_square_gof(np.zeros(1000, int), [0.5, 0.5])
+  assert p < 1e-100
+
+
+# ------------------------------------------------------------------------------ goodness of fit
+
+def _normal_row(seed, cols, scale=1.0):
+  return np.random.default_rng(seed).standard_normal(cols) * scale
+
+
+def _ragged_row(seed, cols, bump_cols, bump=3.0, scale=0.5):
+  row = _normal_row(seed, cols, scale)
+  row[np.asarray(bump_cols) % cols] += bump
+  return row
+
+
+# name -> (logits row (float64 values), rows drawn, temperature, dtype)
+GOF_CASES = {
+    "peaked": ([6, 3, 2, 1, 0, 0, -1, -2, -4, -8], 200_000, None, "float32"),
+    "flat1": ([0.0], 1000, None, "float32"),
+    "flat2": ([0.0] * 2, 200_000, None, "float32"),
+    "flat3": ([1.5] * 3, 200_000, None, "float32"),
+    "flat4": ([0.0] * 4, 200_000, None, "float32"),  # one Philox call covers the row
+    "flat5": ([-3.0] * 5, 200_000, None, "float32"),
+    "flat8": ([0.0] * 8, 200_000, None, "float32"),
+    "flat9": ([2.0] * 9, 200_000, None, "float32"),
+    "flat17": ([0.0] * 17, 200_000, None, "float32"),
+    "masked": ([-np.inf, 1, 0.5, -np.inf, -np.inf, 0, 2, -np.inf, -1, 0.25, 3, -np.inf],
+               200_000, None, "float32"),
+    "masked_one_finite": ([-np.inf] * 6 + [-1e30] + [-np.inf] * 5, 20_000, None, "float32"),
+    "t0.5": (_normal_row(1, 33, 1.5), 200_000, 0.5, "float32"),
+    "t1": (_normal_row(1, 33, 1.5), 200_000, 1.0, "float32"),
+    "t2": (_normal_row(1, 33, 1.5), 200_000, 2.0, "float32"),
+    "t0.37_float64": (_normal_row(1, 33, 1.5), 200_000, 0.37, "float64"),
+    "bfloat16": (_normal_row(2, 13, 2.0), 200_000, None, "bfloat16"),
+    "float16": (_normal_row(2, 13, 2.0), 200_000, None, "float16"),
+    "float32": (_normal_row(2, 13, 2.0), 200_000, None, "float32"),
+    "float64": (_normal_row(2, 13, 2.0), 200_000, None, "float64"),
+    "bfloat16_t1.7": (_normal_row(3, 29, 2.0), 200_000, 1.7, "bfloat16"),
+    "vocab1000": (_ragged_row(4, 1000, [0, 1, 2, 7, 8, 995, 996, 997, 998, 999]),
+                  60_000, None, "float32"),
+    "vocab4099": (_ragged_row(5, 4099, [0, 1, 2, 3, 4, 4088, 4095, 4096, 4097, 4098]),
+                  20_000, None, "float32"),
+    "vocab4099_bfloat16_t0.8": (
+        _ragged_row(6, 4099, [0, 3, 4, 5, 4091, 4092, 4097, 4098], bump=2.5),
+        15_000, 0.8, "bfloat16"),
+    "vocab4099_float64": (_ragged_row(7, 4099, [1, 2, 4096, 4097, 4098]), 10_000, None,
+                          "float64"),
+}
+
+
+@pytest.mark.parametrize("case", list(GOF_CASES))
+def test_chi_square_goodness_of_fit(case, x64):
+  row, rows, temperature, dtype = GOF_CASES[case]
+  with x64(dtype == "float64"):
+    logits = tiled(row, rows, dtype)
+    got = sample(jax.random.key(1234), logits, temperature=temperature)
+    probs = softmax_probs(np.asarray(logits)[0], 1.0 if temperature is None else temperature)
+  stat, df, p = chi_square_gof(got, probs)
+  report(case, rows=rows, chi2=stat, df=df, p=p)
+  assert p >= P_MIN, f"{case}: chi2 {stat:.1f} on {df} df, p = {p:.3g}"
+
+
+def test_chi_square_per_row_temperatures():
+  """One call, three temperatures as a per-row array (and rows of T == 0, exactly argmax)."""
+  row = _normal_row(8, 21, 1.5)
+  temps = np.array([0.5, 1.0, 2.0, 0.0], np.float32)
+  rows_each = 100_000
+  t = np.repeat(temps, rows_each)
+  got = sample(jax.random.key(77), tiled(row, t.size), temperature=jnp.asarray(t))
+  for i, temp in enumerate(temps):
+    part = got[i * rows_each:(i + 1) * rows_each]
+    if temp == 0:
+      assert (part == np.argmax(row.astype(np.float32))).all()
+      continue
+    stat, df, p = chi_square_gof(part, softmax_probs(row.astype(np.float32), temp))
+    report(f"per-row T={temp}", rows=rows_each, chi2=stat, df=df, p=p)
+    assert p >= P_MIN, (temp, stat, df, p)
+
+
+def test_chi_square_row_independence():
+  """Joint law of the samples of rows 2i and 2i+1 (and of rows i and i + 4096) under one
+  scalar key: the product of the uniform marginals (36 cells)."""
+  v, n = 6, 240_000
+  got = sample(jax.random.key(5), jnp.zeros((n, v)))
+  for name, (a, b) in {"adjacent": (got[0::2], got[1::2]),
+                       "lag4096": (got[:n // 2], got[4096:4096 + n // 2])}.items():
+    stat, df, p = chi_square_gof(a * v + b, np.full(v * v, 1.0 / (v * v)))
+    report(f"row pairs {name}", pairs=a.size, chi2=stat, df=df, p=p)
+    assert p >= P_MIN, (name, stat, df, p)
+
+
+def test_chi_square_against_jax_random_categorical():
+  """Same logits, 200,000 draws each: ours and jax.random.categorical's are one law."""
+  row = np.asarray(_normal_row(9, 40, 1.3), np.float32)
+  row[[3, 17]] = -np.inf
+  n = 200_000
+  ours = sample(jax.random.key(11), tiled(row, n))
+  theirs = np.asarray(jax.random.categorical(jax.random.key(12), jnp.asarray(row), shape=(n,)))
+  stat, df, p = chi_square_two_sample(ours, theirs, row.size)
+  report("vs jax.random.categorical", draws=n, chi2=stat, df=df, p=p)
+  assert p >= P_MIN, (stat, df, p)
+  # And each against the exact law.
+  for name, s in (("ours", ours), ("jax.random", theirs)):
+    stat, df, p = chi_square_gof(s, softmax_probs(row))
+    report(f"{name} vs softmax", chi2=stat, df=df, p=p)
+    assert p >= P_MIN, (name, stat, df, p)
+
+
+def test_chi_square_xla_method():
+  """The internal path for platforms without a handler: the same law (other noise)."""
+  row = _normal_row(10, 19, 1.5)
+  n = 100_000
+  logits = tiled(row, n)
+  got = np.asarray(jax_argreduce.categorical(jax.random.key(3), logits, temperature=0.7,
+                                             method="xla"))
+  stat, df, p = chi_square_gof(got, softmax_probs(np.asarray(logits)[0], 0.7))
+  report("method=xla", rows=n, chi2=stat, df=df, p=p)
+  assert p >= P_MIN
+  kernel = sample(jax.random.key(3), logits, temperature=0.7)
+  stat, df, p = chi_square_two_sample(got, kernel, row.size)
+  report("method=xla vs kernel", chi2=stat, df=df, p=p)
+  assert p >= P_MIN
+
+
+@pytest.mark.parametrize("impl", IMPLS + ("raw",))
+def test_chi_square_every_key_impl(impl):
+  row = _normal_row(11, 11, 1.0)
+  n = 100_000
+  key = jax.random.PRNGKey(21) if impl == "raw" else jax.random.key(21, impl=impl)
+  stat, df, p = chi_square_gof(sample(key, tiled(row, n)), softmax_probs(row.astype(np.float32)))
+  report(f"key impl {impl}", rows=n, chi2=stat, df=df, p=p)
+  assert p >= P_MIN
+
+
+def test_chi_square_per_row_keys():
+  """One key per row (split keys), the same logits on every row."""
+  row = _normal_row(12, 23, 1.0)
+  n = 100_000
+  keys = jax.random.split(jax.random.key(8), n)
+  stat, df, p = chi_square_gof(sample(keys, tiled(row, n)), softmax_probs(row.astype(np.float32)))
+  report("per-row keys", rows=n, chi2=stat, df=df, p=p)
+  assert p >= P_MIN
+
+
+def test_traced_negative_temperature_samples_softmax_of_logits_over_t():
+  """Documented: under jit a negative T is not checked and samples softmax(logits / T)."""
+  row = _normal_row(13, 7, 1.0)
+  n = 60_000
+  f = jax.jit(lambda k, x, t: jax_argreduce.categorical(k, x, temperature=t))
+  got = np.asarray(f(jax.random.key(4), tiled(row, n), jnp.float32(-1.5)))
+  stat, df, p = chi_square_gof(got, softmax_probs(row.astype(np.float32), -1.5))
+  report("traced T=-1.5", rows=n, chi2=stat, df=df, p=p)
+  assert p >= P_MIN
+  # A traced NaN temperature: every y is NaN, the row returns 0.
+  assert (np.asarray(f(jax.random.key(4), tiled(row, 50), jnp.float32(np.nan))) == 0).all()
+
+
+# ------------------------------------------------------------------------------ the noise
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_noise_is_gumbel(dtype, x64):
+  """G(key, row, col) read back through the noisy maximum: Kolmogorov-Smirnov against the
+  Gumbel CDF on every word of a Philox block (columns 0..3, 4..7 for float32; 0, 1, 2 for
+  float64), its documented range, and P(G > 8) = 3.35e-4 within 5 standard errors."""
+  rows = 250_000
+  lo, hi = (G_MIN_F32, G_MAX_F32) if dtype == "float32" else (G_MIN_F64, G_MAX_F64)
+  cols = (0, 1, 2, 3, 6) if dtype == "float32" else (0, 1, 2)
+  all_g = []
+  with x64(dtype == "float64"):
+    for col in cols:
+      g = noise(jax.random.key(99), rows, col, np.dtype(dtype)).astype(np.float64)
+      assert g.min() >= lo and g.max() <= hi, (g.min(), g.max())
+      gs = np.sort(g)
+      cdf = gumbel_cdf(gs)
+      d = max(np.max(np.arange(1, rows + 1) / rows - cdf), np.max(cdf - np.arange(rows) / rows))
+      p = kolmogorov_sf(d, rows)
+      report(f"noise {dtype} col {col}", n=rows, ks_d=float(d), p=p, mean=float(g.mean()),
+             var=float(g.var()), max=float(g.max()))
+      assert p >= P_MIN, (col, d, p)
+      all_g.append(g)
+  g = np.concatenate(all_g)
+  tail_p = 1 - math.exp(-math.exp(-8.0))
+  z, ok = within_sigmas(float((g > 8).sum()), g.size, tail_p)
+  report(f"noise {dtype} P(G>8)", n=g.size, observed=int((g > 8).sum()),
+         expected=g.size * tail_p, z=z)
+  assert ok, z
+  # Columns of one row are not correlated with each other (nor with the next row's).
+  a, b = all_g[0], all_g[1]
+  r = float(np.corrcoef(a, b)[0, 1])
+  assert abs(r) <= SIGMAS / math.sqrt(rows), r
+  r = float(np.corrcoef(a[:-1], a[1:])[0, 1])
+  assert abs(r) <= SIGMAS / math.sqrt(rows), r
+
+
+def test_noise_does_not_depend_on_logits_dtype_or_temperature():
+  """The float32 noise is the same for float32, bfloat16 and float16 logits."""
+  g32 = noise(jax.random.key(5), 1000, 5, np.float32)
+  for dtype in ("bfloat16", "float16"):
+    np.testing.assert_array_equal(noise(jax.random.key(5), 1000, 5, reference.np_dtype(dtype)),
+                                  g32)
+
+
+# ------------------------------------------------------------------------------ tails
+
+def _tail_count(head: float, tail: int, draws: int, chunk: int, dtype, seed: int) -> int:
+  """Draws from [head, 0 x tail] (chunks of rows under keys folded from ``seed``); how many
+  draws land in the tail."""
+  x = np.zeros((chunk, tail + 1), reference.np_dtype(dtype))
+  x[:, 0] = head
+  x = jnp.asarray(x)
+  f = jax.jit(lambda k, v: jnp.sum(jax_argreduce.categorical(k, v) != 0))
+  base = jax.random.key(seed)
+  count = 0
+  for i in range(draws // chunk):
+    count += int(f(jax.random.fold_in(base, i), x))
+  return count
+
+
+@pytest.mark.parametrize("head,tail,draws,chunk", [
+    (12.0, 20_000, 12_000, 2_000),    # tail mass 10.9%: 1,313 expected, 5 sigma = 13%
+    (18.0, 200_000, 10_000, 500),     # tail mass 0.304%: 30.4 expected (GPU: 4M draws)
+])
+def test_tail_mass(head, tail, draws, chunk):
+  """A head ``head`` logits above a tail of ``tail`` zero logits: P(tail) = tail e^-head /
+  (1 + tail e^-head); the tail needs noise near head + G_head, far into G's upper tail."""
+  start = time.perf_counter()
+  observed = _tail_count(head, tail, draws, chunk, "float32", seed=int(head))
+  p = tail * math.exp(-head) / (1 + tail * math.exp(-head))
+  z, ok = within_sigmas(observed, draws, p)
+  report(f"tail head={head} tail={tail}", draws=draws, observed=observed,
+         expected=draws * p, frequency=observed / draws, p=p, z=z,
+         seconds=time.perf_counter() - start)
+  assert ok, f"{observed} tail draws of {draws}, expected {draws * p:.1f} (z = {z:.2f})"
+
+
+# ------------------------------------------------------------------------------ contract
+
+def _scaled(x, t):
+  """a = fl(logit * fl(1 / T)) in the noise's type (float32; float64 for float64 logits): the
+  part of y = a + G that decides the special cases (G is finite)."""
+  wide = np.float64 if x.dtype == np.float64 else np.float32
+  t = np.broadcast_to(np.asarray(1.0 if t is None else t, wide), x.shape[:1])
+  with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    inv_t = (wide(1) / t.astype(wide)).astype(wide)
+    return x.astype(wide) * inv_t[:, None]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_indices_valid_on_any_logits(dtype, x64):
+  """Special-value rows (NaN, ±inf, subnormals, lowest, random bits, ...) under several
+  temperatures: the index is in range; with a = logit * (1/T) in the noise's type, the first
+  NaN a wins, else the first +inf a, else an a that is not -inf unless every a is -inf (then
+  0) — so a -inf logit is never drawn unless the row is all -inf (or a finite logit / T
+  overflows to -inf); T = 0 rows equal argmax."""
+  rng = np.random.default_rng(2024)
+  with x64(dtype == "float64"):
+    for rows, cols in ((400, 7), (300, 33), (100, 1000), (7, 4099)):
+      x = reference.fill_rows(dtype, rng, rows, cols)
+      for t in (None, 0.3, 1.0, 2.5,
+                np.where(rng.random(rows) < 0.3, 0.0, rng.uniform(0.1, 3, rows))):
+        tt = None if t is None else jnp.asarray(t, np.float64 if dtype == "float64"
+                                                else np.float32)
+        got = sample(jax.random.key(int(rng.integers(1 << 30))), x, temperature=tt)
+        assert got.shape == (rows,)
+        assert got.dtype == (np.int64 if jax.config.jax_enable_x64 else np.int32)
+        assert ((got >= 0) & (got < cols)).all()
+        t_row = np.broadcast_to(np.asarray(1.0 if t is None else t), (rows,))
+        greedy = t_row == 0
+        np.testing.assert_array_equal(got[greedy], reference.argmax(x, axis=-1)[greedy])
+        a = _scaled(x, np.where(greedy, 1.0, t_row))
+        has_nan, has_pinf = np.isnan(a).any(axis=1), np.isposinf(a).any(axis=1)
+        all_ninf = np.isneginf(a).all(axis=1)
+        sel = ~greedy & has_nan
+        np.testing.assert_array_equal(got[sel], np.argmax(np.isnan(a), axis=1)[sel])
+        sel = ~greedy & ~has_nan & has_pinf
+        np.testing.assert_array_equal(got[sel], np.argmax(np.isposinf(a), axis=1)[sel])
+        assert (got[~greedy & all_ninf] == 0).all()
+        picked = a[np.arange(rows), got]
+        assert not np.isneginf(picked[~greedy & ~all_ninf]).any(), "drew a -inf logit"
+        finite_row = ~greedy & ~has_nan & ~has_pinf & ~all_ninf
+        assert np.isfinite(picked[finite_row]).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_temperature_zero_is_argmax(dtype, x64):
+  rng = np.random.default_rng(7)
+  with x64(dtype == "float64"):
+    x = reference.fill_rows(dtype, rng, 500, 257)
+    want = np.asarray(jax_argreduce.argmax(x, axis=-1))
+    np.testing.assert_array_equal(want, reference.argmax(x, axis=-1))
+    for key in (jax.random.key(0), jax.random.split(jax.random.key(1), 500)):
+      np.testing.assert_array_equal(sample(key, x, temperature=0.0), want)
+      np.testing.assert_array_equal(sample(key, x, temperature=jnp.zeros(500)), want)
+      t = np.where(np.arange(500) % 3 == 0, 0.0, 1.0)
+      got = sample(key, x, temperature=t)
+      np.testing.assert_array_equal(got[::3], want[::3])
+      # The other rows are the rows' samples at T = 1.
+      np.testing.assert_array_equal(got[t != 0], sample(key, x)[t != 0])
+    # Under jit, traced temperatures.
+    f = jax.jit(lambda k, v, t: jax_argreduce.categorical(k, v, temperature=t))
+    np.testing.assert_array_equal(np.asarray(f(jax.random.key(3), x, 0.0)), want)
+
+
+def test_neg_inf_never_drawn_and_all_neg_inf_row_gives_zero():
+  rng = np.random.default_rng(9)
+  rows, cols = 20_000, 37
+  x = np.where(rng.random((rows, cols)) < 0.9, -np.inf, rng.standard_normal((rows, cols)) * 5)
+  x[:50] = -np.inf
+  x[50:100] = -np.inf
+  x[50:100, 36] = -1e30  # a single finite logit, far below the others
+  x[100:150] = -np.inf
+  x[100:150, 35] = -3e38  # as low as float32 goes (T >= 1: logit / T does not overflow)
+  x = x.astype(np.float32)
+  all_ninf = np.isneginf(x).all(axis=1)
+  assert all_ninf.sum() > 50
+  for t in (None, 0.0, 0.05, 1.0, 40.0):
+    got = sample(jax.random.key(1), x, temperature=t)
+    assert (got[all_ninf] == 0).all()
+    assert (got[50:100] == 36).all()
+    check = ~all_ninf
+    if t is None or t == 0 or t >= 1:
+      assert (got[100:150] == 35).all()
+    else:  # -3e38 / 0.05 overflows to -inf: y ties the -inf logits' (documented above)
+      check[100:150] = False
+    assert np.isfinite(x[np.arange(rows), got][check]).all()
+
+
+def test_nan_logit_wins_like_argmax():
+  x = np.zeros((4, 300), np.float32)
+  x[0, [200, 100, 250]] = np.nan
+  x[1, 299] = np.nan
+  x[2, 0] = np.nan
+  x[3, [7, 8]] = [np.inf, np.nan]
+  for t in (None, 0.0, 0.5):
+    np.testing.assert_array_equal(sample(jax.random.key(0), x, temperature=t), [100, 299, 0, 8])
+
+
+def test_positive_inf_wins_first():
+  x = np.zeros((3, 50), np.float32)
+  x[0, [40, 9]] = np.inf
+  x[1, 49] = np.inf
+  x[2] = np.inf
+  np.testing.assert_array_equal(sample(jax.random.key(0), x, temperature=3.0), [9, 49, 0])
+
+
+@pytest.mark.parametrize("temperature", [1e30, 1e38, 3e38])
+def test_huge_temperature_never_draws_neg_inf(temperature):
+  """SPEC §1c: -inf logits are never drawn unless the whole row is -inf; a finite T is a valid
+  temperature however large (softmax(logits / T) is uniform over the finite logits)."""
+  x = np.zeros((1000, 4), np.float32)
+  x[:, 0] = -np.inf
+  got = sample(jax.random.key(0), x, temperature=temperature)
+  assert (got != 0).all(), f"T={temperature}: drew the -inf logit in {(got == 0).sum()} rows"
+  stat, df, p = chi_square_gof(got, [0, 1 / 3, 1 / 3, 1 / 3])
+  assert p >= P_MIN
+
+
+def test_same_key_same_samples_eager_and_jit():
+  rng = np.random.default_rng(10)
+  x = jnp.asarray(rng.standard_normal((64, 1000)).astype(np.float32))
+  key = jax.random.key(42)
+  a = sample(key, x, temperature=0.9)
+  np.testing.assert_array_equal(a, sample(key, x, temperature=0.9))
+  f = jax.jit(lambda k, v: jax_argreduce.categorical(k, v, temperature=0.9))
+  np.testing.assert_array_equal(np.asarray(f(key, x)), a)
+  g = jax.jit(lambda v: jax_argreduce.categorical(key, v, temperature=0.9))  # key a constant
+  np.testing.assert_array_equal(np.asarray(g(x)), a)
+  h = jax.jit(lambda k, v, t: jax_argreduce.categorical(k, v, temperature=t))
+  np.testing.assert_array_equal(np.asarray(h(key, x, jnp.float32(0.9))), a)
+  # Temperature None == 1.0 == per-row ones; scalar == per-row array of that value.
+  b = sample(key, x)
+  np.testing.assert_array_equal(sample(key, x, temperature=1.0), b)
+  np.testing.assert_array_equal(sample(key, x, temperature=np.ones(64, np.float32)), b)
+  np.testing.assert_array_equal(sample(key, x, temperature=jnp.full((64,), 0.9)), a)
+  assert (a != b).any()
+
+
+def _agreement(a, b, v):
+  """(rate, z) of a == b against the chance rate 1/v."""
+  n = a.size
+  rate = float((a == b).mean())
+  return rate, (rate - 1 / v) / math.sqrt((1 / v) * (1 - 1 / v) / n)
+
+
+@pytest.mark.parametrize("impl", IMPLS + ("raw",))
+def test_different_keys_are_uncorrelated(impl):
+  """Two keys' samples of the same flat logits agree at the chance rate 1/V (within 5 standard
+  errors): seeds 0/1/2/large, split keys, folded keys; for every impl and raw keys."""
+  v, n = 10, 100_000
+  x = jnp.zeros((n, v))
+
+  def key(seed):
+    return jax.random.PRNGKey(seed) if impl == "raw" else jax.random.key(seed, impl=impl)
+
+  pairs = {
+      "seed 0 vs 1": (key(0), key(1)),
+      "seed 1 vs 2": (key(1), key(2)),
+      "seed 7 vs 2**31+7": (key(7), key(2**31 + 7)),
+      "split": tuple(jax.random.split(key(3), 2)),
+      "fold_in 1 vs 2": (jax.random.fold_in(key(3), 1), jax.random.fold_in(key(3), 2)),
+      "key vs its split": (key(5), jax.random.split(key(5), 1)[0]),
+  }
+  failures = []
+  for name, (k1, k2) in pairs.items():
+    rate, z = _agreement(sample(k1, x), sample(k2, x), v)
+    report(f"agreement {impl} {name}", n=n, rate=rate, chance=1 / v, z=z)
+    if abs(z) > SIGMAS:
+      failures.append(f"{name}: agreement {rate:.4f} (chance {1 / v}), z = {z:.1f}")
+  assert not failures, f"{impl}: " + "; ".join(failures)
+
+
+def test_rows_of_one_key_are_uncorrelated():
+  v, n = 10, 100_000
+  got = sample(jax.random.key(0), jnp.zeros((2 * n, v)))
+  rate, z = _agreement(got[:n], got[n:], v)
+  report("agreement rows r vs r + n", n=n, rate=rate, z=z)
+  assert abs(z) <= SIGMAS
+  # Identical rows do not give identical samples.
+  assert len(np.unique(got[:100])) == v
+
+
+def test_raw_key_equals_typed_key_with_the_same_data():
+  x = jnp.asarray(np.random.default_rng(1).standard_normal((50, 300)).astype(np.float32))
+  np.testing.assert_array_equal(sample(jax.random.PRNGKey(3), x),
+                                sample(jax.random.key(3), x))
+  keys = jax.random.split(jax.random.key(4), 50)
+  np.testing.assert_array_equal(sample(jax.random.key_data(keys), x), sample(keys, x))
+  for impl in ("rbg", "unsafe_rbg"):
+    k = jax.random.key(5, impl=impl)
+    np.testing.assert_array_equal(sample(jax.random.key_data(k), x), sample(k, x))
+
+
+def test_sample_does_not_depend_on_dtype_width_or_later_rows(x64):
+  """A sample depends only on (key, row, column, logits, T): bfloat16/float16 logits give the
+  samples of their exact float32 widening; trailing -inf columns change nothing (the column
+  counter is global); the first rows' samples do not depend on the rows after them; the index
+  dtype (x64) changes nothing."""
+  rng = np.random.default_rng(11)
+  x = rng.standard_normal((300, 1001)).astype(np.float32) * 2
+  key = jax.random.key(6)
+  for dtype in ("bfloat16", "float16"):
+    low = x.astype(reference.np_dtype(dtype))
+    np.testing.assert_array_equal(sample(key, low, temperature=0.7),
+                                  sample(key, low.astype(np.float32), temperature=0.7))
+  want = sample(key, x)
+  padded = np.concatenate([x, np.full((300, 4099), -np.inf, np.float32)], axis=1)
+  np.testing.assert_array_equal(sample(key, padded), want)
+  np.testing.assert_array_equal(sample(key, x[:37]), want[:37])
+  np.testing.assert_array_equal(sample(key, x[:1]), want[:1])
+  with x64(True):
+    got = sample(key, x)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+    # float64 logits draw float64 noise (another stream): not the float32 samples.
+    assert (sample(key, x.astype(np.float64)) != want).mean() > 0.9
+  # Integer logits are sampled as float logits.
+  xi = rng.integers(-5, 5, (300, 9)).astype(np.int32)
+  np.testing.assert_array_equal(sample(key, xi), sample(key, xi.astype(np.float32)))
+
+
+def test_axis_argument():
+  rng = np.random.default_rng(12)
+  x = rng.standard_normal((5, 300, 7)).astype(np.float32)
+  key = jax.random.key(9)
+  for axis in (0, 1, 2, -1, -2, -3):
+    want = sample(key, np.moveaxis(x, axis, -1))
+    got = sample(key, x, axis=axis)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+  keys = jax.random.split(key, (5, 7))
+  np.testing.assert_array_equal(sample(keys, x, axis=1),
+                                sample(keys, np.moveaxis(x, 1, -1)))
+  # 1-D logits: one sample (shape ()); an empty batch: an empty result.
+  assert sample(key, x[0, :, 0]).shape == ()
+  assert sample(key, np.zeros((0, 5), np.float32)).shape == (0,)
+  assert sample(jax.random.split(key, 0), np.zeros((0, 5), np.float32)).shape == (0,)
+
+
+def test_per_row_keys_position_independent():
+  """With one key per row a row's sample does not depend on its position in the batch."""
+  rng = np.random.default_rng(13)
+  b, v = 257, 301
+  x = rng.standard_normal((b, v)).astype(np.float32)
+  keys = jax.random.split(jax.random.key(10), b)
+  t = rng.uniform(0.2, 2, b).astype(np.float32)
+  t[::5] = 0
+  want = sample(keys, x, temperature=t)
+  perm = rng.permutation(b)
+  np.testing.assert_array_equal(sample(keys[perm], x[perm], temperature=t[perm]), want[perm])
+  for i in (0, b - 1):
+    assert int(sample(keys[i], x[i], temperature=t[i])) == want[i]
+    assert sample(keys[i:i + 1], x[i:i + 1], temperature=t[i:i + 1])[0] == want[i]
+  # A 2-D batch with keys of the batch shape.
+  np.testing.assert_array_equal(
+      sample(keys[:256].reshape(16, 16), x[:256].reshape(16, 16, v),
+             temperature=t[:256].reshape(16, 16)).reshape(-1), want[:256])
+  # Typed and raw per-row keys, every impl.
+  for impl in IMPLS:
+    ks = jax.random.split(jax.random.key(1, impl=impl), b)
+    got = sample(ks, x)
+    np.testing.assert_array_equal(sample(ks[perm], x[perm]), got[perm])
+
+
+def test_vmap_equals_loop():
+  rng = np.random.default_rng(14)
+  x = jnp.asarray(rng.standard_normal((6, 4, 37)).astype(np.float32))
+  keys = jax.random.split(jax.random.key(11), (6, 4))
+  ts = jnp.asarray([0.0, 0.5, 1.0, 2.0, 3.0, 0.0], np.float32)
+  cat = jax_argreduce.categorical
+  loop = np.array([[int(cat(keys[i, j], x[i, j])) for j in range(4)] for i in range(6)])
+  np.testing.assert_array_equal(np.asarray(jax.vmap(cat)(keys, x)), loop)
+  np.testing.assert_array_equal(np.asarray(jax.vmap(jax.vmap(cat))(keys, x)), loop)
+  np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(cat))(keys, x)), loop)
+  np.testing.assert_array_equal(
+      np.asarray(jax.vmap(cat, in_axes=(1, 1), out_axes=1)(keys, x)), loop)
+  np.testing.assert_array_equal(
+      np.asarray(jax.vmap(cat, in_axes=(1, 1))(keys, x)), loop.T)
+  # Shared key, vmapped logits: each batch element is the unbatched call.
+  k = jax.random.key(12)
+  loop = np.stack([np.asarray(cat(k, x[i])) for i in range(6)])
+  np.testing.assert_array_equal(np.asarray(jax.vmap(lambda v: cat(k, v))(x)), loop)
+  np.testing.assert_array_equal(np.asarray(jax.vmap(cat, in_axes=(None, 0))(k, x)), loop)
+  # Vmapped keys, shared logits.
+  ks = jax.random.split(k, 5)
+  loop = np.stack([np.asarray(cat(ks[i], x[0])) for i in range(5)])
+  np.testing.assert_array_equal(np.asarray(jax.vmap(cat, in_axes=(0, None))(ks, x[0])), loop)
+  # Vmapped temperature (with per-row keys and logits).
+  f = lambda kk, v, t: cat(kk, v, temperature=t)
+  loop = np.stack([np.asarray(f(keys[i], x[i], ts[i])) for i in range(6)])
+  np.testing.assert_array_equal(np.asarray(jax.vmap(f)(keys, x, ts)), loop)
+  np.testing.assert_array_equal(np.asarray(jax.vmap(f, in_axes=(0, 0, 0))(keys, x, ts)), loop)
+  loop = np.stack([np.asarray(f(k, x[0], ts[i])) for i in range(6)])
+  np.testing.assert_array_equal(np.asarray(jax.vmap(f, in_axes=(None, None, 0))(k, x[0], ts)),
+                                loop)
+  # Per-row temperatures inside a vmap over a batch.
+  tr = jnp.asarray(rng.uniform(0.1, 2, (6, 4)).astype(np.float32))
+  loop = np.stack([np.asarray(f(keys[i], x[i], tr[i])) for i in range(6)])
+  np.testing.assert_array_equal(np.asarray(jax.vmap(f)(keys, x, tr)), loop)
+  # Raw per-row keys under vmap.
+  raw = jax.random.key_data(keys)
+  np.testing.assert_array_equal(np.asarray(jax.vmap(cat)(raw, x)),
+                                np.asarray(jax.vmap(cat)(keys, x)))
+
+
+def test_grad_jvp_and_eval_shape():
+  rng = np.random.default_rng(15)
+  x = jnp.asarray(rng.standard_normal((3, 50)).astype(np.float32))
+  key = jax.random.key(0)
+
+  def loss(v):
+    idx = jax_argreduce.categorical(key, v, temperature=0.5)
+    return jnp.sum(jnp.take_along_axis(v, idx[:, None], -1) ** 2)
+
+  idx = sample(key, x, temperature=0.5)
+  want = np.zeros(x.shape, np.float32)
+  want[np.arange(3), idx] = 2 * np.asarray(x)[np.arange(3), idx]
+  np.testing.assert_allclose(np.asarray(jax.grad(loss)(x)), want, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(loss))(x)), want, rtol=1e-6)
+  out, tangent = jax.jvp(lambda v: jax_argreduce.categorical(key, v), (x,), (x,))
+  assert tangent.dtype == jax.dtypes.float0 and tangent.shape == (3,)
+  np.testing.assert_array_equal(np.asarray(out), sample(key, x))
+  # Gradient with respect to a temperature used elsewhere: zero through the sample.
+  g = jax.grad(lambda t: jnp.sum(jax_argreduce.categorical(key, x, temperature=t)
+                                 .astype(jnp.float32)) + t)(jnp.float32(1.0))
+  assert float(g) == 1.0
+  spec = jax.eval_shape(lambda k, v: jax_argreduce.categorical(k, v),
+                        key, jax.ShapeDtypeStruct((2, 3, 7), jnp.bfloat16))
+  assert spec.shape == (2, 3) and spec.dtype == jnp.int32
+
+
+def test_export_round_trip():
+  checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in _ffi.all_targets()]
+  rng = np.random.default_rng(16)
+  x = rng.standard_normal((8, 1001)).astype(np.float32)
+  key = jax.random.key(17)
+  keys = jax.random.split(key, 8)
+  t = rng.uniform(0, 2, 8).astype(np.float32)
+  fn = jax.jit(lambda k, v, tt: jax_argreduce.categorical(k, v, temperature=tt))
+  for k in (key, keys):
+    exported = jax.export.export(fn, disabled_checks=checks)(k, x, t)
+    assert _ffi.target("categorical", "cpu") in exported.mlir_module()
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(np.asarray(restored.call(k, x, t)),
+                                  sample(k, x, temperature=t))
+  # Symbolic batch (scalar key) and symbolic vocabulary.
+  for spec, part in (("b, 1001", x[:3]), ("8, n", x[:, :77]), ("b, n", x[:3, :77])):
+    exported = jax.export.export(jax.jit(lambda k, v: jax_argreduce.categorical(k, v)),
+                                 disabled_checks=checks)(
+        jax.ShapeDtypeStruct((), key.dtype),
+        jax.ShapeDtypeStruct(jax.export.symbolic_shape(spec), jnp.float32))
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(np.asarray(restored.call(key, x)), sample(key, x))
+    np.testing.assert_array_equal(np.asarray(restored.call(key, part)), sample(key, part))
+
+
+@pytest.mark.parametrize("bad,exc", [
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=-1.0), ValueError),
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=-0.0001), ValueError),
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=float("nan")), ValueError),
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=np.array([1.0, -1.0, 1.0])),
+     ValueError),
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=jnp.array([1.0, np.nan, 1.0])),
+     ValueError),
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=np.ones(4)), ValueError),
+    (lambda k, x: jax_argreduce.categorical(jax.random.split(k, 2), x), ValueError),
+    (lambda k, x: jax_argreduce.categorical(jax.random.split(k, (3, 5)), x), ValueError),
+    (lambda k, x: jax_argreduce.categorical(jax.random.split(k, 3), x.T), ValueError),
+    (lambda k, x: jax_argreduce.categorical(jax.random.PRNGKey(0)[None].repeat(2, 0), x),
+     ValueError),
+    (lambda k, x: jax_argreduce.categorical(jnp.array([1, 2], jnp.int32), x), TypeError),
+    (lambda k, x: jax_argreduce.categorical(jnp.float32(1.0), x), TypeError),
+    (lambda k, x: jax_argreduce.categorical(k, x.astype(jnp.complex64)), TypeError),
+    (lambda k, x: jax_argreduce.categorical(k, jnp.zeros((3, 0))), ValueError),
+    (lambda k, x: jax_argreduce.categorical(k, jnp.zeros((3, 0)), axis=1), ValueError),
+    (lambda k, x: jax_argreduce.categorical(k, x, axis=2), IndexError),
+    (lambda k, x: jax_argreduce.categorical(k, x, axis=-3), IndexError),
+    (lambda k, x: jax_argreduce.categorical(k, jnp.float32(1.0)), ValueError),
+])
+def test_errors(bad, exc):
+  with pytest.raises(exc):
+    bad(jax.random.key(0), jnp.zeros((3, 5)))
+
+
+def test_concrete_checks_are_skipped_under_jit():
+  """Traced temperatures are not checked (documented); concrete ones inside jit are."""
+  x = jnp.zeros((3, 5))
+  f = jax.jit(lambda t: jax_argreduce.categorical(jax.random.key(0), x, temperature=t))
+  assert f(jnp.float32(-1.0)).shape == (3,)
+  with pytest.raises(ValueError):
+    jax.jit(lambda v: jax_argreduce.categorical(jax.random.key(0), v, temperature=-1.0))(x)

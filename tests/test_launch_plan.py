@@ -1,0 +1,314 @@
+"""The CUDA launch planner (ffi/launch_plan.h), a pure function, tested on the CPU with made-up
+devices: an H200 (132 SMs, sm_90, clusters), an A100 (108 SMs, sm_80: no clusters, no PDL) and
+an sm_90 GPU that reports no co-resident clusters.
+
+Invariants, not tuned numbers: which path a shape takes (team for narrow rows and for many
+rows; split for 1-64 wide rows; block for more rows than SMs; cluster only when asked for and
+when a cluster fits), that every geometry covers its rows, stays within the workspace and the
+partial budget, and uses PDL/clusters only where the device has them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from jax_argreduce import _ffi
+
+H200 = dict(sms=132, cc_major=9, team_blocks_per_sm=5, block_blocks_per_sm=4,
+            split_blocks_per_sm=6, clusters_active=(132, 66, 32, 16, 7))
+A100 = dict(sms=108, cc_major=8, team_blocks_per_sm=6, block_blocks_per_sm=4,
+            split_blocks_per_sm=6, clusters_active=(0, 0, 0, 0, 0))
+SM90_NO_CLUSTERS = dict(H200, clusters_active=(0, 0, 0, 0, 0))
+DEVICES = {"h200": H200, "a100": A100, "sm90_no_clusters": SM90_NO_CLUSTERS}
+
+MAX_PARTIALS = 16384  # launch_plan.h kMaxSplitPartials: the workspace holds this many partials
+WORKSPACE_USABLE = _ffi.CUDA_WORKSPACE_BYTES - 16  # 16 bytes go to aligning by hand
+ELEM_BYTES = (2, 4, 8)  # float16/bfloat16, float32, float64
+OPTIONS = [dict(clusters=c, pdl=p) for c in (False, True) for p in (False, True)]
+PATHS = ("team", "block", "split", "cluster")
+INT32_MAX = 2 ** 31 - 1
+WIDE = (32000, 128256, 202048, 262144, 1 << 22, INT32_MAX)
+
+
+def plan(rows, cols, elem_bytes, device, **options):
+  return _ffi.debug_plan(rows, cols, elem_bytes, **DEVICES[device], **options)
+
+
+def key_bytes(elem_bytes):
+  return 8 if elem_bytes == 8 else 4
+
+
+def check_invariants(p, rows, cols, elem_bytes, device, clusters=None, pdl=None):
+  """What every plan must satisfy; returns p."""
+  caps = DEVICES[device]
+  clusters = False if clusters is None else clusters
+  pdl = True if pdl is None else pdl
+  where = f"{rows}x{cols} elem={elem_bytes} on {device} clusters={clusters} pdl={pdl}: {p}"
+  assert p["path"] in PATHS, where
+  assert p["vector_elements"] == 16 // elem_bytes, where
+  assert p["grid"] >= 1 and p["block"] >= 32 and p["block"] % 32 == 0, where
+  assert p["grid"] <= INT32_MAX, where  # gridDim.x
+  assert 0 <= p["workspace_bytes"] <= WORKSPACE_USABLE, where
+  assert p["row_step"] >= 1, where
+  # PDL and clusters only on sm_90+, PDL only when the option is on, never with clusters.
+  if caps["cc_major"] < 9:
+    assert not p["pdl"] and p["path"] != "cluster", where
+  if not pdl:
+    assert not p["pdl"], where
+  if p["path"] == "cluster":
+    assert clusters, where
+    assert not p["pdl"] and p["workspace_bytes"] == 0 and p["merge_grid"] == 0, where
+    parts = p["parts"]
+    assert parts in (1, 2, 4, 8, 16), where  # never above 16
+    assert p["grid"] == rows * parts, where  # one cluster per row
+    assert rows <= caps["clusters_active"][int(math.log2(parts))], where  # all fit at once
+    assert p["row_step"] % (parts * p["block"] * p["vector_elements"]) == 0, where
+  else:
+    assert p["pdl"] == (caps["cc_major"] >= 9 and pdl), where
+  if p["path"] == "split":
+    parts = p["parts"]
+    assert parts >= 2, where
+    assert rows <= caps["sms"], where
+    assert p["grid"] == rows * parts, where
+    assert rows * parts <= MAX_PARTIALS, where
+    assert p["workspace_bytes"] == rows * parts * 2 * key_bytes(elem_bytes), where
+    assert p["merge_grid"] == math.ceil(rows / (p["block"] // 32)), where  # a warp per row
+    assert parts <= max(1, caps["split_blocks_per_sm"] * caps["sms"] // rows), where  # one wave
+    per_block = p["row_step"] // parts
+    assert p["row_step"] == parts * per_block, where
+    assert per_block % (p["block"] * p["vector_elements"]) == 0, where
+    assert (parts - 1) * per_block < cols, where  # no block without work in the first round
+  else:
+    assert p["workspace_bytes"] == 0 and p["merge_grid"] == 0, where
+  if p["path"] == "team":
+    team = p["team"]
+    assert team in (1, 2, 4, 8, 16, 32), where
+    assert p["grid"] <= caps["sms"] * caps["team_blocks_per_sm"], where  # one wave at most
+    teams = p["grid"] * p["block"] // team
+    if p["grid"] < caps["sms"] * caps["team_blocks_per_sm"]:
+      assert teams >= rows, where  # no row loop needed when the grid is not capped
+    assert teams - p["block"] // team < rows or p["grid"] == 1, where  # no idle block
+    assert p["row_step"] % (team * p["vector_elements"]) == 0, where
+  if p["path"] == "block":
+    assert p["grid"] <= rows and p["grid"] <= caps["sms"] * caps["block_blocks_per_sm"], where
+    assert p["row_step"] % (p["block"] * p["vector_elements"]) == 0, where
+  return p
+
+
+def in_flight(p):
+  """Loads in flight per thread per pass, from the plan's row_step."""
+  threads = {"team": p["team"], "block": p["block"], "split": p["parts"] * p["block"],
+             "cluster": p["parts"] * p["block"]}[p["path"]]
+  return p["row_step"] // (threads * p["vector_elements"])
+
+
+# ----------------------------------------------------------------------------- paths
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+@pytest.mark.parametrize("rows,cols", [(4096, 8), (4096, 128), (65536, 64), (65536, 1024),
+                                       (300000, 40), (1, 1), (1, 16), (7, 3), (2 ** 20, 1),
+                                       (4096, 4096), (1000, 202048)])
+def test_team_path_for_narrow_or_many_rows(device, elem_bytes, rows, cols):
+  for options in OPTIONS:
+    p = check_invariants(plan(rows, cols, elem_bytes, device, **options), rows, cols,
+                         elem_bytes, device, **options)
+    assert p["path"] == "team", p
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+@pytest.mark.parametrize("rows", [1, 2, 8, 32, 64])
+@pytest.mark.parametrize("cols", WIDE)
+@pytest.mark.parametrize("pdl", [None, False, True])
+def test_split_path_for_few_wide_rows(device, elem_bytes, rows, cols, pdl):
+  """1-64 rows x wide columns: several blocks per row through the workspace (the default,
+  clusters off), PDL on sm_90 unless switched off."""
+  p = check_invariants(plan(rows, cols, elem_bytes, device, pdl=pdl), rows, cols, elem_bytes,
+                       device, pdl=pdl)
+  assert p["path"] == "split", p
+  assert p["parts"] >= 2 and p["grid"] == rows * p["parts"]
+  assert p["workspace_bytes"] <= _ffi.CUDA_WORKSPACE_BYTES - 16
+  assert p["parts"] * rows <= MAX_PARTIALS
+  assert p["pdl"] == (DEVICES[device]["cc_major"] >= 9 and pdl is not False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+@pytest.mark.parametrize("rows,cols", [(133, 202048), (256, 202048), (500, 128256),
+                                       (200, 1 << 22), (150, INT32_MAX)])
+def test_block_path_for_more_rows_than_sms(device, elem_bytes, rows, cols):
+  if rows <= DEVICES[device]["sms"]:
+    pytest.skip("not more rows than SMs on this device")
+  for options in OPTIONS:
+    p = check_invariants(plan(rows, cols, elem_bytes, device, **options), rows, cols,
+                         elem_bytes, device, **options)
+    assert p["path"] == "block", p
+    assert p["grid"] == min(rows, DEVICES[device]["sms"] * DEVICES[device]["block_blocks_per_sm"])
+
+
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+@pytest.mark.parametrize("rows", [1, 2, 8, 16, 32, 64, 100, 132])
+@pytest.mark.parametrize("cols", (32000, 202048, INT32_MAX))
+def test_cluster_path_only_when_asked_and_fitting(elem_bytes, rows, cols):
+  """Clusters on the H200 only with clusters=True, one cluster per row, never above 16 blocks,
+  all clusters co-resident; never on devices without clusters."""
+  for pdl in (False, True):
+    default = plan(rows, cols, elem_bytes, "h200", pdl=pdl)
+    assert default["path"] != "cluster"
+    p = check_invariants(plan(rows, cols, elem_bytes, "h200", clusters=True, pdl=pdl), rows,
+                         cols, elem_bytes, "h200", clusters=True, pdl=pdl)
+    assert p["path"] == "cluster", p
+    assert p["parts"] <= 16 and p["grid"] == rows * p["parts"]
+    for device in ("a100", "sm90_no_clusters"):
+      q = check_invariants(plan(rows, cols, elem_bytes, device, clusters=True, pdl=pdl), rows,
+                           cols, elem_bytes, device, clusters=True, pdl=pdl)
+      assert q["path"] != "cluster", q
+  # Fewer rows get bigger clusters (as many as fit at once).
+  assert plan(1, cols, elem_bytes, "h200", clusters=True)["parts"] >= plan(
+      rows, cols, elem_bytes, "h200", clusters=True)["parts"]
+
+
+def test_cluster_sizes_follow_what_fits():
+  """The largest cluster whose clusters all fit at once, one per row (H200 counts
+  132/66/32/16/7 for 1/2/4/8/16 blocks)."""
+  sizes = {rows: plan(rows, 1 << 22, 4, "h200", clusters=True)["parts"]
+           for rows in (1, 7, 8, 16, 17, 32, 33, 66, 67, 132)}
+  assert sizes == {1: 16, 7: 16, 8: 8, 16: 8, 17: 4, 32: 4, 33: 2, 66: 2, 67: 1, 132: 1}
+  # No cluster of 16 when the device cannot hold one: the next size down.
+  caps = dict(H200, clusters_active=(132, 66, 32, 16, 0))
+  assert _ffi.debug_plan(1, 1 << 22, 4, **caps, clusters=True)["parts"] == 8
+
+
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+def test_no_sm80_plan_uses_pdl_or_clusters(elem_bytes):
+  """cc 8: never PDL, never clusters, whatever the options and even if cluster counts were
+  reported (the cluster kernel traps below sm_90)."""
+  caps = dict(A100, clusters_active=(108, 54, 27, 13, 6))
+  for rows, cols in [(1, 202048), (8, 1 << 22), (64, 32000), (256, 202048), (4096, 8)]:
+    for options in OPTIONS:
+      p = _ffi.debug_plan(rows, cols, elem_bytes, **caps, **options)
+      assert not p["pdl"], p
+      assert p["path"] != "cluster", (rows, cols, options, p)
+
+
+# ----------------------------------------------------------------------------- geometry
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_row_step_is_consistent(device):
+  """row_step = threads of a row x loads in flight x vector elements, with one in-flight depth
+  shared by the team, split and cluster kernels and a deeper (or equal) one for the block
+  kernel; the same for every element width."""
+  depths = {path: set() for path in PATHS}
+  shapes = [(4096, 8), (4096, 4096), (1, 202048), (8, 128256), (256, 202048), (1, 2000)]
+  for elem_bytes in ELEM_BYTES:
+    for rows, cols in shapes:
+      for options in OPTIONS:
+        p = plan(rows, cols, elem_bytes, device, **options)
+        threads = {"team": p["team"], "block": p["block"], "split": p["parts"] * p["block"],
+                   "cluster": p["parts"] * p["block"]}[p["path"]]
+        assert p["row_step"] % (threads * p["vector_elements"]) == 0, p
+        depths[p["path"]].add(in_flight(p))
+  shared = depths["team"] | depths["split"] | depths["cluster"]
+  assert len(shared) == 1 and len(depths["block"]) <= 1, depths
+  assert not depths["block"] or min(depths["block"]) >= min(shared), depths
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+def test_split_round_covers_the_row_or_fills_the_device(device, elem_bytes):
+  """Split parts: one load round over the whole row, unless one wave of the split kernel or
+  the partial budget caps them."""
+  caps = DEVICES[device]
+  for rows in (1, 3, 8, 33, 64, caps["sms"]):
+    for cols in (9000, 32000, 202048, 1 << 22, INT32_MAX):
+      p = plan(rows, cols, elem_bytes, device)
+      if p["path"] != "split":
+        continue
+      cap = min(caps["sms"] * caps["split_blocks_per_sm"] // rows, MAX_PARTIALS // rows)
+      assert p["row_step"] >= cols or p["parts"] == cap, p
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+def test_team_width_grows_with_the_row(device, elem_bytes):
+  """For a fixed row count, the lanes per row never shrink as rows get longer."""
+  for rows in (1, 100, 4096, 65536):
+    last = 0
+    for cols in (1, 2, 3, 5, 8, 16, 31, 64, 100, 128, 255, 512, 1000, 4096, 20000):
+      p = plan(rows, cols, elem_bytes, device)
+      if p["path"] != "team":
+        break
+      assert p["team"] >= last, (rows, cols, p)
+      last = p["team"]
+
+
+def test_random_shapes_keep_every_invariant():
+  """Seeded sweep over shapes, widths, devices and options."""
+  rng = np.random.default_rng(20261130)
+  seen = set()
+  for _ in range(3000):
+    rows = int(np.exp(rng.uniform(0, np.log(1 << 24))))
+    cols = int(np.exp(rng.uniform(0, np.log(INT32_MAX))))
+    cols = max(1, min(cols, INT32_MAX))
+    elem_bytes = int(rng.choice(ELEM_BYTES))
+    device = str(rng.choice(list(DEVICES)))
+    options = OPTIONS[int(rng.integers(len(OPTIONS)))]
+    p = check_invariants(plan(rows, cols, elem_bytes, device, **options), rows, cols,
+                         elem_bytes, device, **options)
+    seen.add(p["path"])
+  assert seen == set(PATHS)
+
+
+# ----------------------------------------------------------------------------- options
+
+def test_default_options_and_debug_entry():
+  """Defaults: clusters off, PDL on; a plan with options None takes the process-wide ones;
+  setting them is process-wide and returns what is in force."""
+  before = _ffi.debug_plan_options()
+  assert before == {"clusters": False, "pdl": True}
+  try:
+    assert _ffi.debug_set_plan_options(clusters=True) == {"clusters": True, "pdl": True}
+    assert plan(1, 202048, 4, "h200")["path"] == "cluster"
+    assert _ffi.debug_set_plan_options(pdl=False) == {"clusters": True, "pdl": False}
+    assert _ffi.debug_set_plan_options() == {"clusters": True, "pdl": False}  # None keeps
+    p = plan(8, 202048, 4, "h200", clusters=False)  # explicit options override
+    assert p["path"] == "split" and not p["pdl"]
+    assert plan(8, 202048, 4, "h200", clusters=False, pdl=True)["pdl"]
+  finally:
+    _ffi.debug_set_plan_options(**before)
+  assert _ffi.debug_plan_options() == before
+  p = plan(8, 202048, 4, "h200")
+  assert p["path"] == "split" and p["pdl"]
+
+
+def test_workspace_constant():
+  """One workspace size for every shape and GPU: the partial budget at 16 bytes each, +16."""
+  assert _ffi.CUDA_WORKSPACE_BYTES == MAX_PARTIALS * 16 + 16
+  worst = max(plan(rows, INT32_MAX, 8, device)["workspace_bytes"]
+              for rows in range(1, 133) for device in DEVICES)
+  assert worst <= WORKSPACE_USABLE
+
+
+@pytest.mark.parametrize("rows,cols", [(0, 5), (-1, 5), (3, 0), (3, INT32_MAX + 1)])
+def test_bad_shapes_raise(rows, cols):
+  with pytest.raises(ValueError):
+    plan(rows, cols, 4, "h200")
+
+
+def test_clusters_active_needs_five_counts():
+  with pytest.raises(ValueError):
+    _ffi.debug_plan(1, 1000, 4, **dict(H200, clusters_active=(1, 2, 3)))
+
+
+def test_device_plan_needs_a_gpu():
+  """The on-device entry raises cleanly without a CUDA build or GPU (tests on a GPU are in
+  test_gpu.py)."""
+  import jax
+  if _ffi.HAS_CUDA and jax.default_backend() == "gpu":
+    pytest.skip("a GPU is present: covered by test_gpu.py")
+  with pytest.raises(RuntimeError):
+    _ffi.debug_launch_plan(1, 202048, np.float32)

@@ -1,0 +1,686 @@
+"""Sharded inputs (SPEC §1d, issue 11) on 4 virtual CPU devices (tests/conftest.py), or on the
+GPUs of a 2-GPU host (the 1-D mesh has N = 2 shards there; 2x2-mesh cases need 4 devices).
+
+Every case checks the results against numpy and the compiled HLO's collectives: rows split ->
+no collective at all; reduction axis split -> only ``[rows, shards]``-sized exchanges (one
+all-gather of packed (value bits, index) words under explicit sharding), never a gather of the
+input. Shapes stay under the CPU handler's crossover (``_dispatch.handler_wins``: one row, or
+fewer than 65536 elements) so that under explicit sharding the handler, not the XLA path, is
+what gets partitioned; under Auto mesh axes (XLA decides the split after lowering) the calls
+take the exact XLA path, which XLA partitions itself (jax_argreduce/_sharding.py says why).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import jax_argreduce as ar
+from jax_argreduce import _ffi
+
+# Shards of the 1-D mesh: the 4 virtual CPU devices of conftest, or 2 GPUs.
+N = 4 if jax.device_count() >= 4 else 2
+pytestmark = pytest.mark.skipif(jax.device_count() < 2, reason="needs 2 or 4 devices")
+needs4 = pytest.mark.skipif(jax.device_count() < 4, reason="a 2x2 mesh needs 4 devices")
+
+OPS = {  # name -> (numpy index reference, with_value)
+    "argmax": (np.argmax, False),
+    "argmin": (np.argmin, False),
+    "max_with_index": (np.argmax, True),
+    "min_with_index": (np.argmin, True),
+}
+ROWS, COLS = 8, 4000  # 32000 elements: the CPU handler's side of the crossover
+
+
+def _op(name):
+  # Late lookup: the public functions are module attributes (so a rewired package is seen).
+  return getattr(ar, name)
+
+
+@contextlib.contextmanager
+def shardy(enabled: bool):
+  old = getattr(jax.config, "jax_use_shardy_partitioner", None)
+  if old is None:  # pragma: no cover - jax without the flag: Shardy only
+    if not enabled:
+      pytest.skip("this jax has no jax_use_shardy_partitioner flag (Shardy only)")
+    yield
+    return
+  jax.config.update("jax_use_shardy_partitioner", enabled)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_use_shardy_partitioner", old)
+
+
+@pytest.fixture(params=[True, False], ids=["shardy", "gspmd"])
+def partitioner(request):
+  with shardy(request.param):
+    yield request.param
+
+
+def mesh_1d(axis_type=AxisType.Explicit):
+  return jax.make_mesh((N,), ("d",), axis_types=(axis_type,))
+
+
+def mesh_2d(axis_type=AxisType.Explicit):
+  return jax.make_mesh((2, 2), ("a", "b"), axis_types=(axis_type,) * 2)
+
+
+def randn(shape, dtype="float32", seed=0):
+  x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+  return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+
+_COLLECTIVE = re.compile(
+    r"=\s*(?P<type>\(?[^=]*?\)?)\s+(?P<op>all-gather|all-reduce|all-to-all|collective-permute|"
+    r"reduce-scatter|collective-broadcast)(?:-start)?\(")
+_ARRAY = re.compile(r"[a-z]+[0-9]*\[([0-9,]*)\]")
+
+
+def collectives(compiled_text: str):
+  """[(op, [element count of each array in its result])] for every collective in the HLO."""
+  found = []
+  for line in compiled_text.splitlines():
+    m = _COLLECTIVE.search(line)
+    if m:
+      sizes = [int(np.prod([int(d) for d in dims.split(",") if d], dtype=np.int64))
+               for dims in _ARRAY.findall(m.group("type"))]
+      found.append((m.group("op"), sizes))
+  return found
+
+
+def check_results(name, got, x, axis=-1):
+  """Our (values, indices) or indices against numpy on the same (global) input."""
+  ref, with_value = OPS[name]
+  want = ref(np.asarray(x), axis=axis)
+  if with_value:
+    values, indices = got
+    np.testing.assert_array_equal(np.asarray(indices), want)
+    want_values = np.take_along_axis(np.asarray(x), np.expand_dims(want, axis), axis)
+    want_values = np.squeeze(want_values, axis)
+    # Bit for bit: the NaN, the sign of zero of the winning element.
+    np.testing.assert_array_equal(np.atleast_1d(np.asarray(values)).view(np.uint8),
+                                  np.atleast_1d(want_values).view(np.uint8))
+  else:
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def assert_pairs_only(compiled, rows, shards, *, max_count=1):
+  """At most ``max_count`` collectives, each no larger than the [rows, shards] pairs (two words
+  per pair); in particular no all-gather / all-to-all of an input-sized buffer."""
+  found = collectives(compiled.as_text())
+  assert 1 <= len(found) <= max_count, found
+  for op, sizes in found:
+    assert op in ("all-gather", "all-reduce"), found
+    assert sum(sizes) <= rows * shards * 2, found
+
+
+def assert_handler_called(compiled):
+  """The partitioned program runs the FFI handler (not the XLA path) on each block."""
+  text = compiled.as_text()
+  assert any(f'custom_call_target="{t}"' in text for t in _ffi.all_targets()), text
+
+
+def assert_no_collective(compiled):
+  assert collectives(compiled.as_text()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Explicit sharding (the sharding is in the type): shard_map over the handler calls.
+
+CASES_1D = [("rows", P("d", None)), ("vocab", P(None, "d"))]
+
+
+@pytest.mark.parametrize("name", list(OPS))
+@pytest.mark.parametrize("where,spec", CASES_1D, ids=[c[0] for c in CASES_1D])
+def test_mesh_1d(partitioner, name, where, spec):
+  mesh = mesh_1d()
+  x = randn((ROWS, COLS), seed=1)
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  f = jax.jit(lambda v: _op(name)(v, axis=-1))
+  check_results(name, f(xs), x)
+  compiled = f.lower(xs).compile()
+  assert_handler_called(compiled)
+  if where == "rows":
+    assert_no_collective(compiled)
+  else:
+    assert_pairs_only(compiled, ROWS, N)
+
+
+CASES_2D = [
+    ("rows_a_vocab_b", P("a", "b"), 4, 2),
+    ("rows_ab", P(("a", "b"), None), 2, 1),
+    ("vocab_ab", P(None, ("a", "b")), 8, 4),
+    ("vocab_b", P(None, "b"), 8, 2),
+]
+
+
+@needs4
+@pytest.mark.parametrize("name", ["argmax", "min_with_index"])
+@pytest.mark.parametrize("case,spec,rows,shards", CASES_2D, ids=[c[0] for c in CASES_2D])
+def test_mesh_2d(partitioner, name, case, spec, rows, shards):
+  mesh = mesh_2d()
+  x = randn((ROWS, COLS), seed=2)
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  f = jax.jit(lambda v: _op(name)(v, axis=-1))
+  check_results(name, f(xs), x)
+  compiled = f.lower(xs).compile()
+  if shards == 1:
+    assert_no_collective(compiled)
+  else:
+    assert_pairs_only(compiled, rows, shards)
+
+
+def boundary_rows(dtype="float32"):
+  """[8, 4000] rows whose winners sit at shard boundaries (4 shards of 1000 columns)."""
+  x = -np.abs(randn((ROWS, COLS), seed=3)) - 1.0  # all < -1: a 0 or -0 below wins outright
+  x[0, [2500, 3000]] = np.nan              # first NaN in shard 2 (another in shard 3)
+  x[1, [999, 1000]] = 5.0                  # tie: shard 0's last vs shard 1's first column
+  x[2, 999], x[2, 1000] = -0.0, 0.0        # -0 == +0: a tie, the lower index (-0) wins
+  x[3, :] = -np.inf                        # all -inf: index 0
+  x[4, [1500, 200]] = np.nan               # NaN in shards 1 and 0: the first (200)
+  x[5, [1999, 2000, 3999]] = -9.0          # argmin tie across shards 1/2
+  x[6, 3999] = np.nan                      # NaN in the last column only
+  x[7, [0, 3999]] = 3.0                    # tie between the first and the last shard
+  return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("name", list(OPS))
+def test_nan_ties_at_shard_boundaries(name, dtype):
+  mesh = mesh_1d()
+  x = boundary_rows(dtype)
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+  got = jax.jit(lambda v: _op(name)(v, axis=-1))(xs)
+  check_results(name, got, x)
+
+
+def test_float64_vocab_sharded(x64):
+  with x64(True):
+    mesh = mesh_1d()
+    x = boundary_rows("float64")
+    xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+    f = jax.jit(lambda v: ar.max_with_index(v, axis=-1))
+    got = f(xs)
+    assert got[1].dtype == np.int64
+    check_results("max_with_index", got, x)
+    assert_pairs_only(f.lower(xs).compile(), ROWS, N)
+
+
+@needs4
+def test_other_axis_and_batch_dims():
+  """A 3-D input reduced over its middle axis (moved last), batch and reduction axes split."""
+  mesh = mesh_2d()
+  x = randn((2, 4 * 250, 8), seed=4)  # reduce axis 1 (1000 columns over 'b')
+  xs = jax.device_put(x, NamedSharding(mesh, P("a", "b", None)))
+  f = jax.jit(lambda v: ar.argmax(v, axis=1))
+  np.testing.assert_array_equal(np.asarray(f(xs)), np.argmax(x, axis=1))
+
+
+@needs4
+def test_axis_none_sharded():
+  mesh = mesh_2d()
+  x = boundary_rows()
+  for spec in (P("a", "b"), P(None, ("a", "b")), P(("a", "b"), None)):
+    xs = jax.device_put(x, NamedSharding(mesh, spec))
+    got = jax.jit(lambda v: ar.argmax(v))(xs)
+    assert int(got) == np.argmax(x)
+    got = jax.jit(lambda v: ar.min_with_index(v, axis=None, keepdims=True))(xs)
+    check_results("min_with_index", [g.reshape(()) for g in got], x.reshape(-1), axis=0)
+
+
+def test_vmap_over_sharded_batch():
+  """vmap adds rows to the primitive; the batched call is still partitioned."""
+  mesh = mesh_1d()
+  x = randn((2, 4, 1000), seed=5)
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, None, "d")))
+  f = jax.jit(jax.vmap(lambda r: ar.argmax(r, axis=-1)))
+  np.testing.assert_array_equal(np.asarray(f(xs)), np.argmax(x, axis=-1))
+  assert_pairs_only(f.lower(xs).compile(), 8, N)
+
+
+@pytest.mark.parametrize("spec", [P("d", None), P(None, "d")], ids=["rows", "vocab"])
+def test_grad_of_values(partitioner, spec):
+  """max_with_index values are differentiable; the tangent gather stays sharded too."""
+  mesh = mesh_1d()
+  x = randn((ROWS, COLS), seed=6)
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  with jax.set_mesh(mesh):
+    g = jax.jit(jax.grad(lambda v: ar.max_with_index(v, axis=-1)[0].sum()))(xs)
+  want = np.zeros_like(x)
+  want[np.arange(ROWS), np.argmax(x, axis=-1)] = 1.0
+  np.testing.assert_array_equal(np.asarray(g), want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Auto axes (XLA decides the split after lowering): the exact XLA path, partitioned by XLA.
+
+def test_auto_axes_rows_local_and_vocab_pairs(partitioner):
+  mesh = mesh_1d(AxisType.Auto)
+  x = boundary_rows()
+  for spec, pairs in ((P("d", None), False), (P(None, "d"), True)):
+    xs = jax.device_put(x, NamedSharding(mesh, spec))
+    for name in ("argmin", "max_with_index"):
+      f = jax.jit(lambda v: _op(name)(v, axis=-1))
+      check_results(name, f(xs), x)
+      compiled = f.lower(xs).compile()
+      if pairs:
+        assert_pairs_only(compiled, ROWS, N, max_count=3)  # XLA: one per reduced operand
+      else:
+        assert_no_collective(compiled)
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 202047), (8, 4001)], ids=["1x202047", "8x4001"])
+def test_uneven_vocab_auto(rows, cols):
+  """A reduction axis XLA splits unevenly (padded shards): exact, no gather of the input."""
+  mesh = mesh_1d(AxisType.Auto)
+  x = -np.abs(randn((rows, cols), seed=7)) - 1.0
+  shard = -(-cols // N)
+  x[0, [(N // 2) * shard + 1, (N - 1) * shard + 2]] = np.nan  # first NaN in shard 2 (4 shards)
+  x[-1, [shard - 1, shard]] = 0.0               # a tie across shards 0/1 (last row)
+  sharding = NamedSharding(mesh, P(None, "d"))
+  for name in ("argmax", "min_with_index"):
+    f = jax.jit(lambda v: _op(name)(jax.lax.with_sharding_constraint(v, sharding), axis=-1))
+    check_results(name, f(x), x)
+    assert_pairs_only(f.lower(x).compile(), rows, N, max_count=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# axis_name= inside a user's shard_map.
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_axis_name_in_shard_map(name):
+  mesh = mesh_1d()
+  x = boundary_rows()
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+  out_specs = (P(), P()) if OPS[name][1] else P()
+  f = jax.jit(jax.shard_map(lambda v: _op(name)(v, axis=-1, axis_name="d"), mesh=mesh,
+                            in_specs=P(None, "d"), out_specs=out_specs))
+  check_results(name, f(xs), x)
+  compiled = f.lower(xs).compile()
+  assert_handler_called(compiled)
+  assert_pairs_only(compiled, ROWS, N)
+
+
+@needs4
+def test_axis_name_2d_and_tuple():
+  mesh = mesh_2d()
+  x = boundary_rows()
+  # rows over 'a' (local to each device), vocab over 'b'
+  xs = jax.device_put(x, NamedSharding(mesh, P("a", "b")))
+  f = jax.jit(jax.shard_map(lambda v: ar.max_with_index(v, axis=-1, axis_name="b"), mesh=mesh,
+                            in_specs=P("a", "b"), out_specs=(P("a"), P("a"))))
+  check_results("max_with_index", f(xs), x)
+  assert_pairs_only(f.lower(xs).compile(), ROWS // 2, 2)
+  # vocab over both axes, 'a' major
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, ("a", "b"))))
+  f = jax.jit(jax.shard_map(lambda v: ar.argmin(v, axis=1, axis_name=("a", "b")), mesh=mesh,
+                            in_specs=P(None, ("a", "b")), out_specs=P()))
+  check_results("argmin", f(xs), x)
+
+
+def test_axis_name_grad():
+  mesh = mesh_1d()
+  x = randn((ROWS, COLS), seed=8)
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+  loss = jax.shard_map(lambda v: ar.max_with_index(v, axis=-1, axis_name="d")[0].sum(),
+                       mesh=mesh, in_specs=P(None, "d"), out_specs=P())
+  g = jax.jit(jax.grad(loss))(xs)
+  want = np.zeros_like(x)
+  want[np.arange(ROWS), np.argmax(x, axis=-1)] = 1.0
+  np.testing.assert_array_equal(np.asarray(g), want)
+
+
+def test_axis_name_errors():
+  mesh = mesh_1d()
+  x = jax.device_put(randn((ROWS, COLS)), NamedSharding(mesh, P(None, "d")))
+  with pytest.raises(ValueError, match="not a mesh axis"):
+    ar.argmax(randn((ROWS, COLS)), axis=-1, axis_name="d")  # no shard_map at all
+  bad = jax.shard_map(lambda v: ar.argmax(v, axis=-1, axis_name="nope"), mesh=mesh,
+                      in_specs=P(None, "d"), out_specs=P())
+  with pytest.raises(ValueError, match="'nope' is not a mesh axis"):
+    jax.jit(bad)(x)
+  # The reduction axis is not split over 'd' (the input is the same on every device).
+  replicated = jax.device_put(randn((ROWS, COLS)), NamedSharding(mesh, P()))
+  bad = jax.shard_map(lambda v: ar.argmax(v, axis=-1, axis_name="d"), mesh=mesh,
+                      in_specs=P(), out_specs=P())
+  with pytest.raises(ValueError, match="does not vary along mesh axis 'd'"):
+    jax.jit(bad)(replicated)
+  with pytest.raises(ValueError, match="needs an axis"):
+    ar.argmax(randn((ROWS, COLS)), axis_name="d")
+
+
+# ---------------------------------------------------------------------------------------------
+# jax.export of sharded calls (serialization included).
+
+def _export_checks():
+  return [jax.export.DisabledSafetyCheck.custom_call(t) for t in _ffi.all_targets()]
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto], ids=["explicit", "auto"])
+@pytest.mark.parametrize("spec", [P("d", None), P(None, "d")], ids=["rows", "vocab"])
+def test_export_round_trip(axis_type, spec):
+  mesh = mesh_1d(axis_type)
+  x = boundary_rows()
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  exported = jax.export.export(jax.jit(lambda v: ar.min_with_index(v, axis=-1)),
+                               disabled_checks=_export_checks())(xs)
+  assert "CustomSPMDPartitioning" not in exported.mlir_module()
+  restored = jax.export.deserialize(exported.serialize())
+  check_results("min_with_index", restored.call(xs), x)
+  compiled = jax.jit(restored.call).lower(xs).compile()
+  if spec == P("d", None):
+    assert_no_collective(compiled)
+  else:
+    assert_pairs_only(compiled, ROWS, N, max_count=1 if axis_type == AxisType.Explicit else 3)
+
+
+def test_export_gspmd():
+  """Shardy off: export and serialization work. (Calling a sharded Exported back with Shardy
+  off fails in jax 0.10.2 for jnp.argmax too: 'stablehlo.custom_call op should have a sharding
+  attribute of type TensorShardingPerValueAttr'; not ours, so not called here.)"""
+  with shardy(False):
+    mesh = mesh_1d()
+    xs = jax.device_put(randn((ROWS, COLS)), NamedSharding(mesh, P(None, "d")))
+    exported = jax.export.export(jax.jit(lambda v: ar.argmax(v, axis=-1)),
+                                 disabled_checks=_export_checks())(xs)
+    assert jax.export.deserialize(exported.serialize()).out_avals[0].shape == (ROWS,)
+
+
+# ---------------------------------------------------------------------------------------------
+# categorical (SPEC §1c/§1d): sharded samples are the unsharded samples, index for index.
+
+CAT_COLS = 4 * 1001  # vocab blocks of 1001 columns: shard starts inside a Philox block (4 / 2)
+CAT_T = np.array([1.0, 1.0, 1.0, 0.0, 0.5, 2.0, 1.0, 0.05], np.float32)  # row 3: T == 0
+
+
+def categorical_rows(dtype="float32", cols=CAT_COLS):
+  """[8, cols] logits with the cases that cross shard boundaries (4 vocab shards)."""
+  w = cols // 4
+  x = 3.0 * randn((ROWS, cols), seed=11)
+  x[0, [2 * w + 1, 3 * w + 2]] = np.nan    # first NaN in shard 2 (another in shard 3): wins
+  x[1, :] = -np.inf                        # masked: only three columns, in shards 0, 1, 3
+  x[1, [5, w + 3, 3 * w]] = 0.0
+  x[2, :] = -np.inf                        # all -inf: index 0
+  x[3, [w - 1, w]] = 50.0                  # T == 0 row: argmax, tie across shards 0/1
+  x[4, 2 * w:3 * w] += 6.0                 # mass in shard 2
+  return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+
+def check_categorical_semantics(got, x, temperature=CAT_T):
+  w = x.shape[-1] // 4
+  assert got[0] == 2 * w + 1, got
+  assert got[1] in (5, w + 3, 3 * w), got
+  assert got[2] == 0, got
+  if temperature is CAT_T:
+    assert got[3] == w - 1, got
+
+
+def _temperature_arg(kind):
+  return {"none": None, "scalar": np.float32(0.7), "rows": CAT_T}[kind]
+
+
+CAT_CASES = [  # id, mesh, spec, [rows, shards] of the one exchange (None: no collective)
+    pytest.param("rows", "1d", P("d", None), None, id="rows"),
+    pytest.param("vocab", "1d", P(None, "d"), (8, N), id="vocab"),
+    pytest.param("rows_a_vocab_b", "2d", P("a", "b"), (4, 2), id="rows_a_vocab_b", marks=needs4),
+    pytest.param("vocab_ab", "2d", P(None, ("a", "b")), (8, 4), id="vocab_ab", marks=needs4),
+    pytest.param("rows_ab", "2d", P(("a", "b"), None), None, id="rows_ab", marks=needs4),
+]
+
+
+def _mesh(kind):
+  return mesh_1d() if kind == "1d" else mesh_2d()
+
+
+def assert_collectives(compiled, pairs):
+  if pairs is None:
+    assert_no_collective(compiled)
+  else:
+    assert_pairs_only(compiled, *pairs)
+
+
+@pytest.mark.parametrize("keys", ["shared", "per_row"])
+@pytest.mark.parametrize("case,mesh,spec,pairs", CAT_CASES)
+def test_categorical_sharded_equals_unsharded(case, mesh, spec, pairs, keys):
+  x = categorical_rows()
+  key = jax.random.key(42)
+  key = jax.random.split(key, ROWS) if keys == "per_row" else key
+  f = jax.jit(lambda k, v, t: ar.categorical(k, v, temperature=t))
+  want = np.asarray(f(key, x, CAT_T))
+  check_categorical_semantics(want, x)
+  xs = jax.device_put(x, NamedSharding(_mesh(mesh), spec))
+  got = f(key, xs, CAT_T)
+  np.testing.assert_array_equal(np.asarray(got), want)
+  compiled = f.lower(key, xs, CAT_T).compile()
+  assert_handler_called(compiled)
+  assert_collectives(compiled, pairs)
+
+
+@pytest.mark.parametrize("temperature", ["none", "scalar", "rows"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_categorical_vocab_sharded_temperatures(dtype, temperature):
+  x = categorical_rows(dtype)
+  t = _temperature_arg(temperature)
+  key = jax.random.key(7)
+  want = np.asarray(ar.categorical(key, x, temperature=t))
+  check_categorical_semantics(want, x, t)
+  xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
+  got = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t))(key, xs)
+  np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_categorical_float64_vocab_sharded(x64):
+  with x64(True):
+    x = categorical_rows("float64")
+    key = jax.random.key(3)
+    t = CAT_T.astype(np.float64)
+    want = np.asarray(ar.categorical(key, x, temperature=t))
+    assert want.dtype == np.int64
+    check_categorical_semantics(want, x)
+    xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
+    f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t))
+    np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+    assert_pairs_only(f.lower(key, xs).compile(), ROWS, N)
+
+
+@pytest.mark.parametrize("where,spec", CASES_1D, ids=[c[0] for c in CASES_1D])
+def test_categorical_gspmd(where, spec):
+  """Shardy off: the same shard_map partitioning, the same samples."""
+  with shardy(False):
+    x = categorical_rows()
+    key = jax.random.key(5)
+    want = np.asarray(ar.categorical(key, x, temperature=CAT_T))
+    xs = jax.device_put(x, NamedSharding(mesh_1d(), spec))
+    f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=CAT_T))
+    np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+    assert_collectives(f.lower(key, xs).compile(), None if where == "rows" else (ROWS, N))
+
+
+# [4, 8, 1000] logits reduced over the last axis, on the 2x2 mesh: the row counter is the flat
+# row; with one key and the second batch dimension split, a block's rows are runs of counters.
+CAT_3D = [
+    ("batch_a_vocab_b", P("a", None, "b"), (16, 2)),
+    ("seq_a_vocab_b", P(None, "a", "b"), (16, 2)),   # runs: one call per local batch element
+    ("batch_a_seq_b", P("a", "b", None), None),
+    ("seq_ab", P(None, ("a", "b"), None), None),     # runs
+    ("seq_b_batch_a", P("b", "a", None), None),      # runs
+]
+
+
+@needs4
+@pytest.mark.parametrize("keys", ["shared", "per_row"])
+@pytest.mark.parametrize("case,spec,pairs", CAT_3D, ids=[c[0] for c in CAT_3D])
+def test_categorical_batch_dims(case, spec, pairs, keys):
+  x = 2.0 * randn((4, 8, 1000), seed=12)
+  key = jax.random.key(9)
+  key = jax.random.split(key, (4, 8)) if keys == "per_row" else key
+  t = np.linspace(0.0, 2.0, 32, dtype=np.float32).reshape(4, 8)
+  want = np.asarray(ar.categorical(key, x, temperature=t))
+  np.testing.assert_array_equal(want[0, 0], np.argmax(x[0, 0]))  # T == 0
+  xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t))
+  np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+  assert_collectives(f.lower(key, xs).compile(), pairs)
+
+
+@needs4
+def test_categorical_other_axis():
+  """axis=1 of a [8, 1000, 4] input (moved last), vocab split: the global column is the
+  counter wherever the axis was."""
+  x = randn((8, 1000, 4), seed=13)
+  key = jax.random.key(1)
+  want = np.asarray(ar.categorical(key, x, axis=1))
+  xs = jax.device_put(x, NamedSharding(mesh_2d(), P("a", "b", None)))
+  got = jax.jit(lambda k, v: ar.categorical(k, v, axis=1))(key, xs)
+  np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("spec", [P("d", None, None), P(None, "d", None), P(None, None, "d")],
+                         ids=["vmapped", "rows", "vocab"])
+def test_categorical_vmap_over_keys(spec):
+  """vmap of a one-key call over (keys, logits): one key per leading index covering its rows
+  (categorical_p's prefix keys); sharded == unsharded == a loop."""
+  x = randn((4, 8, 400), seed=14)
+  keys = jax.random.split(jax.random.key(2), 4)
+  f = jax.jit(jax.vmap(lambda k, v: ar.categorical(k, v, temperature=0.5)))
+  want = np.asarray(f(keys, x))
+  loop = np.stack([np.asarray(ar.categorical(keys[i], x[i], temperature=0.5)) for i in range(4)])
+  np.testing.assert_array_equal(want, loop)
+  mesh = mesh_1d()
+  ks = jax.device_put(keys, NamedSharding(mesh, P(spec[0])))
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  np.testing.assert_array_equal(np.asarray(f(ks, xs)), want)
+
+
+@needs4
+def test_categorical_xla_path_sharded():
+  """method="xla" (the path of platforms without a handler) keys its noise by the same
+  counters: sharded == unsharded there too."""
+  x = categorical_rows()
+  key = jax.random.key(4)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=CAT_T, method="xla"))
+  want = np.asarray(f(key, x))
+  check_categorical_semantics(want, x)
+  for spec in (P("a", "b"), P(None, ("a", "b"))):
+    xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
+    np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+
+
+def test_categorical_auto_axes():
+  """Auto axes (XLA decides the split after lowering): exact; the logits are gathered for the
+  handler call (documented in _sharding)."""
+  mesh = mesh_1d(AxisType.Auto)
+  x = categorical_rows()
+  keys = jax.random.split(jax.random.key(6), ROWS)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=CAT_T))
+  want = np.asarray(f(keys, x))
+  for spec in (P("d", None), P(None, "d")):
+    xs = jax.device_put(x, NamedSharding(mesh, spec))
+    np.testing.assert_array_equal(np.asarray(f(keys, xs)), want)
+
+
+def test_categorical_axis_name():
+  mesh = mesh_1d()
+  x = categorical_rows()
+  key = jax.random.key(8)
+  want = np.asarray(ar.categorical(key, x, temperature=CAT_T))
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+  f = jax.jit(jax.shard_map(
+      lambda k, v, t: ar.categorical(k, v, temperature=t, axis_name="d"), mesh=mesh,
+      in_specs=(P(), P(None, "d"), P()), out_specs=P()))
+  np.testing.assert_array_equal(np.asarray(f(key, xs, CAT_T)), want)
+  compiled = f.lower(key, xs, CAT_T).compile()
+  assert_handler_called(compiled)
+  assert_pairs_only(compiled, ROWS, N)
+
+
+@needs4
+def test_categorical_axis_name_2d_and_tuple():
+  mesh = mesh_2d()
+  x = categorical_rows()
+  # rows over 'a' with per-row keys and temperatures split with them, vocab over 'b'
+  keys = jax.random.split(jax.random.key(10), ROWS)
+  want = np.asarray(ar.categorical(keys, x, temperature=CAT_T))
+  rows = NamedSharding(mesh, P("a"))
+  ks, ts = jax.device_put(keys, rows), jax.device_put(CAT_T, rows)
+  xs = jax.device_put(x, NamedSharding(mesh, P("a", "b")))
+  f = jax.jit(jax.shard_map(
+      lambda k, v, t: ar.categorical(k, v, temperature=t, axis_name="b"), mesh=mesh,
+      in_specs=(P("a"), P("a", "b"), P("a")), out_specs=P("a")))
+  np.testing.assert_array_equal(np.asarray(f(ks, xs, ts)), want)
+  assert_pairs_only(f.lower(ks, xs, ts).compile(), ROWS // 2, 2)
+  # vocab over both axes, 'a' major; one key
+  key = jax.random.key(11)
+  want = np.asarray(ar.categorical(key, x))
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, ("a", "b"))))
+  f = jax.jit(jax.shard_map(lambda k, v: ar.categorical(k, v, axis_name=("a", "b")),
+                            mesh=mesh, in_specs=(P(), P(None, ("a", "b"))), out_specs=P()))
+  np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+
+
+def test_categorical_axis_name_errors():
+  mesh = mesh_1d()
+  key = jax.random.key(0)
+  with pytest.raises(ValueError, match="not a mesh axis"):
+    ar.categorical(key, randn((ROWS, COLS)), axis_name="d")
+  replicated = jax.device_put(randn((ROWS, COLS)), NamedSharding(mesh, P()))
+  bad = jax.shard_map(lambda v: ar.categorical(key, v, axis_name="d"), mesh=mesh,
+                      in_specs=P(), out_specs=P())
+  with pytest.raises(ValueError, match="does not vary along mesh axis 'd'"):
+    jax.jit(bad)(replicated)
+
+
+def test_categorical_varying_key_types_the_sample():
+  """Inside shard_map, keys that vary along a mesh axis make the sample vary too, with
+  logits that do not (the result's type is checked against out_specs)."""
+  mesh = mesh_1d()
+  per = ROWS // N  # rows (and keys) per device
+  x = categorical_rows()[:per]
+  keys = jax.random.split(jax.random.key(12), ROWS)
+  want = np.concatenate([np.asarray(ar.categorical(keys[i:i + per], x))
+                         for i in range(0, ROWS, per)])
+  ks = jax.device_put(keys, NamedSharding(mesh, P("d")))
+  xs = jax.device_put(x, NamedSharding(mesh, P()))
+  f = jax.jit(jax.shard_map(lambda k, v: ar.categorical(k, v), mesh=mesh,
+                            in_specs=(P("d"), P()), out_specs=P("d")))
+  np.testing.assert_array_equal(np.asarray(f(ks, xs)), want)
+  bad = jax.shard_map(lambda k, v: ar.categorical(k, v), mesh=mesh,
+                      in_specs=(P("d"), P()), out_specs=P())
+  with pytest.raises(ValueError):
+    jax.jit(bad)(ks, xs)
+
+
+@pytest.mark.parametrize("spec", [P("d", None), P(None, "d")], ids=["rows", "vocab"])
+def test_categorical_export_round_trip(spec):
+  mesh = mesh_1d()
+  x = categorical_rows()
+  key = jax.random.key(13)
+  want = np.asarray(ar.categorical(key, x, temperature=CAT_T))
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  exported = jax.export.export(jax.jit(lambda k, v: ar.categorical(k, v, temperature=CAT_T)),
+                               disabled_checks=_export_checks())(key, xs)
+  assert "CustomSPMDPartitioning" not in exported.mlir_module()
+  restored = jax.export.deserialize(exported.serialize())
+  np.testing.assert_array_equal(np.asarray(restored.call(key, xs)), want)
+  compiled = jax.jit(restored.call).lower(key, xs).compile()
+  assert_collectives(compiled, None if spec == P("d", None) else (ROWS, N))
+
+
+@pytest.mark.parametrize("shape", [(4 * 2001,), (1, 4 * 2001)], ids=["1d", "1_row"])
+def test_categorical_one_row_vocab_sharded(shape):
+  """Decoding one sequence with the vocab split (odd shard width): many keys, each sample the
+  unsharded one; one all-gather of [1, N] pairs."""
+  x = 2.0 * randn(shape, seed=15)
+  xs = jax.device_put(x, NamedSharding(mesh_1d(), P(*(None,) * (len(shape) - 1), "d")))
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=0.9))
+  for seed in range(16):
+    key = jax.random.key(seed)
+    np.testing.assert_array_equal(np.asarray(f(key, xs)), np.asarray(f(key, x)))
+  assert_pairs_only(f.lower(jax.random.key(0), xs).compile(), 1, N)
