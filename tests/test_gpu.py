@@ -2,12 +2,14 @@
 
 Every launch path forced through the plan options (``_ffi.debug_set_plan_options``): team of
 lanes with rows looped, one block per row, split rows through the workspace with and without
-programmatic dependent launch, thread block clusters; all four ops (``max_with_index`` values
+programmatic dependent launch; all four ops (``max_with_index`` values
 bit for bit), widths straddling warp/block/vector/scan-step boundaries (the plan's
 ``row_step``), unaligned row starts, all four float dtypes, the shared special-value fills
 (``reference.py``), >= 10,000 generated cases, repeated calls inside one jitted program
 (command buffers, XLA's default) with poisoned outputs, vmap/grad, a second GPU, and the
-INT32_MAX-wide row / >2^31-element array. The standalone launcher check
+INT32_MAX-wide row / >2^31-element array. Tests of the kernels force ``method="kernel"``
+(``"auto"`` routes small float32 inputs to the exact XLA path: ``_dispatch.handler_wins``);
+``test_auto_routing_follows_dispatch`` checks that "auto" lowers as ``_dispatch`` says. The standalone launcher check
 (tests/cuda/kernel_check.cu) runs under compute-sanitizer memcheck and racecheck.
 Skipped without a GPU (conftest).
 
@@ -30,7 +32,7 @@ import pytest
 
 import jax_argreduce
 import reference
-from jax_argreduce import _api, _ffi
+from jax_argreduce import _api, _dispatch, _ffi
 from reference import OPS, fill_rows, random_rows
 
 pytestmark = pytest.mark.gpu
@@ -40,10 +42,8 @@ SEED = int(os.environ.get("JAX_ARGREDUCE_TEST_SEED", np.random.SeedSequence().en
 
 # Plan option sets: name -> kwargs of _ffi.debug_set_plan_options.
 OPTION_SETS = {
-    "default": dict(clusters=False, pdl=True),
-    "no_pdl": dict(clusters=False, pdl=False),
-    "clusters": dict(clusters=True, pdl=True),
-    "clusters_no_pdl": dict(clusters=True, pdl=False),
+    "default": dict(pdl=True),
+    "no_pdl": dict(pdl=False),
 }
 
 
@@ -86,6 +86,11 @@ def _runner(options, ops=OPS, axis=-1):
   return _RUNNERS[key]
 
 
+def kernel_op(op, axis=-1, keepdims=False):
+  """The public op ``op`` forced onto the kernel path (``method="kernel"``)."""
+  return lambda v: _api.reduce(v, axis, keepdims, op=op, method="kernel")
+
+
 def run_ops(x, options="default", ops=OPS, axis=-1):
   """{op: result} of the kernel path on x (numpy results), under plan options ``options``."""
   with plan_options(options):
@@ -125,26 +130,22 @@ PATH_CASES = [
     ("split", "no_pdl", 8, 202049),
     ("split", "default", 32, 202048),
     ("split", "default", 64, 32000),
+    ("split", "no_pdl", 32, 202048),
+    ("split", "no_pdl", 64, 32000),
+    ("split", "default", 100, 202048),   # up to one row per SM
     ("split", "no_pdl", 100, 202048),
-    ("cluster", "clusters", 1, 202048),  # a thread block cluster per row (sm_90), DSMEM merge
-    ("cluster", "clusters_no_pdl", 8, 202049),
-    ("cluster", "clusters", 32, 202048),
-    ("cluster", "clusters", 100, 202048),
 ]
 
 
 @pytest.mark.parametrize("path,options,rows,cols", PATH_CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_path(path, options, rows, cols, dtype, rng):
-  if rows > (sm_count() or rows) and path in ("split", "cluster"):
+  if rows > (sm_count() or rows) and path == "split":
     pytest.skip(f"{rows} rows > {sm_count()} SMs: the planner takes one block per row")
   with x64_for(dtype):
     p = plan(rows, cols, dtype, options)
-    if path == "cluster" and cc_major() < 9:
-      assert p["path"] != "cluster"
-      pytest.skip("no clusters below sm_90")
     assert p["path"] == path, p
-    assert p["pdl"] == (OPTION_SETS[options]["pdl"] and path != "cluster" and cc_major() >= 9), p
+    assert p["pdl"] == (OPTION_SETS[options]["pdl"] and cc_major() >= 9), p
     x = fill_rows(dtype, rng, rows, cols)
     check_ops(x, run_ops(x, options), msg=f"{path} {options} {rows}x{cols} {dtype}")
 
@@ -168,6 +169,31 @@ def test_row_loop_really_loops():
   assert p["path"] == "team" and p["grid"] * p["block"] // p["team"] < 300000
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_auto_routing_follows_dispatch(op, rng):
+  """The public op ("auto") lowers to the CUDA handler exactly where ``_dispatch.route`` says
+  for "cuda" (the in-chain rule of ``_dispatch.handler_wins``; no thresholds copied here) and
+  to the exact XLA path elsewhere; results exact either way."""
+  target = _ffi.target("max_with_index" if reference.with_value(op) else "argreduce", "cuda")
+  shapes = [(1, 202048), (8, 202049), (8, 32000), (64, 128256), (4096, 64), (65536, 64),
+            (16384, 96), (300, 4097), (7,), (2, 3, 257)]
+  fn = jax.jit(lambda v: getattr(jax_argreduce, op)(v, axis=-1))
+  routes = set()
+  for dtype in DTYPES:
+    with x64_for(dtype):
+      np_dtype = reference.np_dtype(dtype)
+      for shape in shapes:
+        want = _dispatch.route(op, "cuda", shape, np_dtype)
+        routes.add(want)
+        text = fn.lower(jax.ShapeDtypeStruct(shape, np_dtype)).as_text()
+        assert (target in text) == (want == "kernel"), f"{op} {shape} {dtype}: route {want}"
+        if np.prod(shape) <= 1 << 21:
+          x = fill_rows(dtype, rng, int(np.prod(shape[:-1])), shape[-1]).reshape(shape)
+          reference.assert_matches(jax.device_get(fn(x)), reference.argreduce(x, -1, op=op),
+                                   op=op, msg=f"auto {shape} {dtype} ({want})")
+  print(f"{op}: auto took {sorted(routes)}")
+
+
 def test_device_plans_keep_the_planner_invariants():
   """Plans read on this GPU keep what test_launch_plan checks on made-up devices."""
   from test_launch_plan import MAX_PARTIALS
@@ -179,17 +205,15 @@ def test_device_plans_keep_the_planner_invariants():
         where = f"{rows}x{cols} {dtype} {options}: {p}"
         assert p["vector_elements"] == 16 // np.dtype(reference.np_dtype(dtype)).itemsize
         assert p["workspace_bytes"] <= _ffi.CUDA_WORKSPACE_BYTES - 16, where
-        assert p["pdl"] == (OPTION_SETS[options]["pdl"] and cc_major() >= 9
-                            and p["path"] != "cluster"), where
+        assert p["path"] in ("team", "block", "split"), where
+        assert p["pdl"] == (OPTION_SETS[options]["pdl"] and cc_major() >= 9), where
         if p["path"] == "split":
           assert p["parts"] >= 2 and p["grid"] == rows * p["parts"], where
           assert rows * p["parts"] <= MAX_PARTIALS and rows <= sm_count(), where
-        if p["path"] == "cluster":
-          assert OPTION_SETS[options]["clusters"] and cc_major() >= 9, where
-          assert p["parts"] <= 16 and p["grid"] == rows * p["parts"], where
-        if rows <= 64 and cols >= 32000:
-          assert p["path"] == ("cluster" if OPTION_SETS[options]["clusters"] and cc_major() >= 9
-                               else "split"), where
+        else:
+          assert p["workspace_bytes"] == 0 and p["merge_grid"] == 0, where
+        if rows <= min(64, sm_count()) and cols >= 32000:
+          assert p["path"] == "split", where
 
 
 WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256,
@@ -198,7 +222,7 @@ WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", [1, 37])
-@pytest.mark.parametrize("options", ["default", "clusters"])
+@pytest.mark.parametrize("options", list(OPTION_SETS))
 def test_widths(rows, dtype, options, rng):
   with x64_for(dtype):
     for cols in WIDTHS:
@@ -210,7 +234,7 @@ def test_widths(rows, dtype, options, rng):
 @pytest.mark.parametrize("options", list(OPTION_SETS))
 def test_scan_step_boundaries(dtype, options, rng):
   """Widths at one and two passes of the scan loop (the plan's row_step), +-1: few rows
-  (split or clusters), 256 rows (one block per row, its own loads in flight) and 4096 rows
+  (split), 256 rows (one block per row, its own loads in flight) and 4096 rows
   (teams of lanes). Ties across passes, the last column included."""
   with x64_for(dtype):
     tested = 0
@@ -234,8 +258,7 @@ def test_unaligned_row_starts(dtype, rng):
   with x64_for(dtype):
     base = random_rows(rng, 9, 202051, dtype)
     for sl in [np.s_[:, 1:], np.s_[:, 3:-2], np.s_[1:, 5:70001], np.s_[:, :7]]:
-      f = jax.jit(lambda v, sl=sl: {op: getattr(jax_argreduce, op)(v[sl], axis=-1)
-                                    for op in OPS})
+      f = jax.jit(lambda v, sl=sl: {op: kernel_op(op)(v[sl]) for op in OPS})
       check_ops(base[sl], jax.device_get(f(base)), msg=str(sl))
       x = np.ascontiguousarray(base[sl])
       x[:, rng.integers(0, x.shape[1], 3)] = np.nan
@@ -288,8 +311,7 @@ def test_generated_cases(rng):
       for shape in shapes:
         for axis in [None] + list(range(-len(shape), len(shape))):
           reps = 15 if np.prod(shape) < 20000 else 3
-          fn = jax.jit(lambda v, a=axis: {op: getattr(jax_argreduce, op)(v, axis=a)
-                                          for op in OPS})
+          fn = jax.jit(lambda v, a=axis: {op: kernel_op(op, a)(v) for op in OPS})
           for _ in range(reps):
             x = reference.make_input(f, rng, shape, axis)
             got = jax.device_get(fn(x))
@@ -301,7 +323,7 @@ def test_generated_cases(rng):
   assert count >= 10_000
 
 
-@pytest.mark.parametrize("options", ["default", "no_pdl", "clusters"])
+@pytest.mark.parametrize("options", list(OPTION_SETS))
 def test_repeated_calls_in_one_program_poisoned(options, rng):
   """Several reductions in one jitted program (command buffers), fresh inputs every run, the
   output buffers donated from poison arrays so an unwritten row shows up."""
@@ -313,10 +335,10 @@ def test_repeated_calls_in_one_program_poisoned(options, rng):
     for x in xs:
       y = x * 1.5 + 0.25  # a fusion between custom calls (returned: the reference's input)
       ys.append(y)
-      outs.append(jax_argreduce.argmax(y, axis=-1))
-      outs.append(jax_argreduce.argmin(x, axis=-1))
-      outs.extend(jax_argreduce.max_with_index(y, axis=-1))
-      outs.extend(jax_argreduce.min_with_index(x, axis=-1))
+      outs.append(kernel_op("argmax")(y))
+      outs.append(kernel_op("argmin")(x))
+      outs.extend(kernel_op("max_with_index")(y))
+      outs.extend(kernel_op("min_with_index")(x))
     return outs, ys
 
   with plan_options(options):
@@ -342,22 +364,24 @@ def test_repeated_calls_in_one_program_poisoned(options, rng):
 
 def test_vmap_and_grad_on_gpu(rng):
   x = random_rows(rng, 6, 50000, np.float32).reshape(2, 3, 50000)
-  got = jax.jit(jax.vmap(lambda v: jax_argreduce.argmax(v, axis=-1), in_axes=1))(x)
+  argmax, max_with_index = kernel_op("argmax"), kernel_op("max_with_index")
+  min_with_index = kernel_op("min_with_index")
+  got = jax.jit(jax.vmap(argmax, in_axes=1))(x)
   np.testing.assert_array_equal(np.asarray(got), np.argmax(x.transpose(1, 0, 2), axis=-1))
-  got = jax.device_get(jax.jit(jax.vmap(jax_argreduce.max_with_index, in_axes=1))(x))
+  got = jax.device_get(jax.jit(jax.vmap(max_with_index, in_axes=1))(x))
   reference.assert_matches(got, reference.max_with_index(x.transpose(1, 0, 2)),
                            op="max_with_index")
   g = jax.grad(lambda v: jnp.sum(jnp.take_along_axis(
-      v, jax_argreduce.argmax(v, axis=-1)[:, None], -1) ** 2))(x[0])
+      v, argmax(v)[:, None], -1) ** 2))(x[0])
   want = np.zeros_like(x[0])
   want[np.arange(3), np.argmax(x[0], -1)] = 2 * x[0].max(-1)
   np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)
-  g = jax.jit(jax.grad(lambda v: jnp.sum(jax_argreduce.min_with_index(v)[0] ** 2)))(x[0])
+  g = jax.jit(jax.grad(lambda v: jnp.sum(min_with_index(v)[0] ** 2)))(x[0])
   want = np.zeros_like(x[0])
   want[np.arange(3), np.argmin(x[0], -1)] = 2 * x[0].min(-1)
   np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)
   t = rng.standard_normal(x[0].shape).astype(np.float32)
-  (_, idx), (tv, _) = jax.jvp(jax_argreduce.max_with_index, (x[0],), (t,))
+  (_, idx), (tv, _) = jax.jvp(max_with_index, (x[0],), (t,))
   np.testing.assert_array_equal(np.asarray(tv), t[np.arange(3), np.asarray(idx)])
 
 
@@ -367,7 +391,7 @@ def test_second_gpu(rng):
   devices = jax.devices()
   if len(devices) < 2:
     pytest.skip("needs two GPUs")
-  for options in ("default", "clusters"):
+  for options in OPTION_SETS:
     x = fill_rows("bfloat16", rng, 8, 202049)
     f = jax.jit(lambda v: {op: _api.reduce(v, -1, False, op=op, method="kernel") for op in OPS})
     with plan_options(options):
@@ -387,15 +411,15 @@ def test_int32_max_row_float16():
     pytest.skip("not enough GPU memory for a [1, INT32_MAX] float16 row")
   x = jax.random.normal(jax.random.key(1), (1, cols), jnp.float16)
   x = x.at[0, cols - 3].set(1000).at[0, 12345].set(-1000)
-  for options in ("default", "clusters"):
-    with plan_options(options):
-      assert int(jax_argreduce.argmax(x, axis=-1)[0]) == cols - 3
-      assert int(jax_argreduce.argmin(x, axis=-1)[0]) == 12345
-      v, i = jax_argreduce.max_with_index(x, axis=-1)
+  for options in OPTION_SETS:
+    with plan_options(options):  # eager calls: one executable per op, run under both options
+      assert int(kernel_op("argmax")(x)[0]) == cols - 3
+      assert int(kernel_op("argmin")(x)[0]) == 12345
+      v, i = kernel_op("max_with_index")(x)
       assert (float(v[0]), int(i[0])) == (1000.0, cols - 3)
   x = x.at[0, cols - 1].set(jnp.nan)
-  assert int(jax_argreduce.argmin(x, axis=-1)[0]) == cols - 1
-  v, i = jax_argreduce.min_with_index(x, axis=-1)
+  assert int(kernel_op("argmin")(x)[0]) == cols - 1
+  v, i = kernel_op("min_with_index")(x)
   assert int(i[0]) == cols - 1 and np.isnan(float(v[0]))
   del x
 
@@ -408,9 +432,9 @@ def test_more_than_2_31_elements(rng):
   pos_max = rng.integers(0, cols, size=rows)
   pos_min = (pos_max + 1 + rng.integers(0, cols - 1, size=rows)) % cols
   x = x.at[np.arange(rows), pos_max].set(1000).at[np.arange(rows), pos_min].set(-1000)
-  np.testing.assert_array_equal(np.asarray(jax_argreduce.argmax(x, axis=-1)), pos_max)
-  np.testing.assert_array_equal(np.asarray(jax_argreduce.argmin(x, axis=-1)), pos_min)
-  v, i = jax_argreduce.max_with_index(x, axis=-1)
+  np.testing.assert_array_equal(np.asarray(kernel_op("argmax")(x)), pos_max)
+  np.testing.assert_array_equal(np.asarray(kernel_op("argmin")(x)), pos_min)
+  v, i = kernel_op("max_with_index")(x)
   np.testing.assert_array_equal(np.asarray(i), pos_max)
   assert (np.asarray(v) == 1000).all()
   del x
@@ -430,15 +454,14 @@ def _kernel_check_exe(tmp_path):
   return exe, sanitizer
 
 
-# Option sets for the sanitizers: clusters (sm_90), split with PDL, split without PDL.
-SANITIZER_OPTIONS = [["--clusters=1", "--pdl=1"], ["--clusters=0", "--pdl=1"],
-                     ["--clusters=0", "--pdl=0"]]
+# Option sets for the sanitizers: PDL on and off (every path under each).
+SANITIZER_OPTIONS = [["--pdl=1"], ["--pdl=0"]]
 
 
 def test_kernel_check_under_compute_sanitizer(tmp_path):
-  """tests/cuda/kernel_check.cu: every path under all four option sets, then memcheck
-  (out-of-bounds/misaligned global and shared accesses) and racecheck (shared and distributed
-  shared memory hazards) clean on one case per path, clusters on and off, PDL on and off. The
+  """tests/cuda/kernel_check.cu: every path under both option sets, then memcheck
+  (out-of-bounds/misaligned global and shared accesses) and racecheck (shared memory hazards)
+  clean on one case per path, PDL on and off. The
   split path's global-memory ordering (partials, then the merge kernel after
   griddepcontrol.wait) is covered by the result checks, not by racecheck."""
   exe, sanitizer = _kernel_check_exe(tmp_path)

@@ -3,7 +3,7 @@
 * CPU indices == GPU indices, exactly, for the same key and logits (the CPU handler runs on
   the CPU device of the same process): 1x202048, 8x202048, 37x4099, 256x32000, 4096x128,
   65536x64 and more (every launch path: team with the row loop, block per row, split with and
-  without PDL, clusters), float32/bfloat16/float16/float64, scalar and per-row keys, no / scalar
+  without PDL), float32/bfloat16/float16/float64, scalar and per-row keys, no / scalar
   / per-row temperatures (zeros included), special-value rows, unaligned slices taken inside
   jit, vmap, and extreme temperatures;
 * samples do not depend on the launch geometry: trailing -inf columns and more rows (another
@@ -47,10 +47,8 @@ pytestmark = pytest.mark.gpu
 
 DTYPES = ["float32", "bfloat16", "float16", "float64"]
 OPTION_SETS = {
-    "default": dict(clusters=False, pdl=True),
-    "no_pdl": dict(clusters=False, pdl=False),
-    "clusters": dict(clusters=True, pdl=True),
-    "clusters_no_pdl": dict(clusters=True, pdl=False),
+    "default": dict(pdl=True),
+    "no_pdl": dict(pdl=False),
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
 FFI = os.path.join(HERE, "..", "ffi")
@@ -164,12 +162,11 @@ def test_cpu_equals_gpu(shape, dtype):
              ("per-row keys", jax.random.split(jax.random.key(3), rows), "scalar"),
              ("raw per-row keys",
               jax.random.key_data(jax.random.split(jax.random.key(4), rows)), "per_row")]
-    for i, (name, key, tkind) in enumerate(cases):
+    for name, key, tkind in cases:
       t = _temperatures(tkind, rows, dtype, rng)
       want = cpu_sample(key, x, t)
       assert ((want >= 0) & (want < cols)).all()
-      options = list(OPTION_SETS)[i % len(OPTION_SETS)] if rows * cols > 10**6 else "default"
-      for opt in ([options, "clusters"] if options != "clusters" else [options]):
+      for opt in OPTION_SETS:  # PDL on and off (each option set its own executables)
         got = gpu_sample(key, x, t, opt)
         _mismatch(got, want, f"{shape} {dtype} {name} T={tkind} options={opt}")
 
@@ -215,7 +212,7 @@ def test_samples_do_not_depend_on_launch_geometry():
         for width in (cols + 3, 32000, 202048, 1 << 20):
           pad = np.full((rows, width), -np.inf, x.dtype)
           pad[:, :cols] = x
-          for options in ("default", "clusters", "no_pdl"):
+          for options in OPTION_SETS:
             _mismatch(gpu_sample(key, pad, options=options), want,
                       f"{dtype} {rows}x{cols} padded to {width} {options}")
         more = np.concatenate([x, logits_for(dtype, rng, 5000, cols, special=False)])
@@ -241,7 +238,7 @@ def test_cpu_equals_gpu_extreme_temperatures(temperature):
   _mismatch(gpu_sample(key, x, t), cpu_sample(key, x, t), f"T={temperature}")
 
 
-@pytest.mark.parametrize("options", ["default", "no_pdl", "clusters"])
+@pytest.mark.parametrize("options", list(OPTION_SETS))
 def test_repeated_calls_in_one_program_poisoned(options):
   """Several sampler calls in one jitted program (command buffers), fresh inputs and keys
   every run, the index outputs donated from poison arrays so an unwritten row shows up;
@@ -483,10 +480,9 @@ int main(int argc, char** argv) {
                              {64, 32000}, {1, 1 << 21}};
   if (quick) cases = {{40000, 5}, {300, 4097}, {1, 202049}, {8, 131073}, {100, 20001}};
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
-  PlanOptions option_sets[3];
-  option_sets[0].clusters = false; option_sets[0].pdl = true;
-  option_sets[1].clusters = true;  option_sets[1].pdl = true;
-  option_sets[2].clusters = false; option_sets[2].pdl = false;
+  PlanOptions option_sets[2];  // PDL on, PDL off
+  option_sets[0].pdl = true;
+  option_sets[1].pdl = false;
   std::mt19937_64 rng(20261201);
   std::normal_distribution<double> normal(0.0, 2.0);
   int total = 0, bad = 0;
@@ -586,10 +582,9 @@ int main(int argc, char** argv) {
           ++total;
           if (mism) {
             ++bad;
-            std::printf("MISMATCH %lldx%lld format %d clusters=%d pdl=%d keys=%lld per_row_t=%d"
+            std::printf("MISMATCH %lldx%lld format %d pdl=%d keys=%lld per_row_t=%d"
                         " offsets=(%d,%d): %lld rows, first row %lld\n",
-                        (long long)c.rows, (long long)c.cols, static_cast<int>(f),
-                        options.clusters, options.pdl, (long long)l.num_keys, l.per_row_t,
+                        (long long)c.rows, (long long)c.cols, static_cast<int>(f), options.pdl, (long long)l.num_keys, l.per_row_t,
                         l.offsets[0], l.offsets[1], (long long)mism, (long long)first);
           }
           CHECK(cudaFree(l.d_x)); CHECK(cudaFree(l.d_t)); CHECK(cudaFree(l.d_keys));

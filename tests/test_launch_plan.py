@@ -1,11 +1,11 @@
 """The CUDA launch planner (ffi/launch_plan.h), a pure function, tested on the CPU with made-up
-devices: an H200 (132 SMs, sm_90, clusters), an A100 (108 SMs, sm_80: no clusters, no PDL) and
-an sm_90 GPU that reports no co-resident clusters.
+devices: an H200 (132 SMs, sm_90), an A100 (108 SMs, sm_80: no PDL) and a small sm_90 part
+(66 SMs, other occupancies).
 
-Invariants, not tuned numbers: which path a shape takes (team for narrow rows and for many
-rows; split for 1-64 wide rows; block for more rows than SMs; cluster only when asked for and
-when a cluster fits), that every geometry covers its rows, stays within the workspace and the
-partial budget, and uses PDL/clusters only where the device has them.
+Invariants, not tuned numbers: which path a shape takes (only team, block and split exist:
+team for narrow rows and for many rows; split for 1-64 wide rows; block for more rows than
+SMs), that every geometry covers its rows, stays within the workspace and the partial budget,
+and uses PDL only where the device has it and the option asks for it.
 """
 
 from __future__ import annotations
@@ -18,17 +18,18 @@ import pytest
 from jax_argreduce import _ffi
 
 H200 = dict(sms=132, cc_major=9, team_blocks_per_sm=5, block_blocks_per_sm=4,
-            split_blocks_per_sm=6, clusters_active=(132, 66, 32, 16, 7))
+            split_blocks_per_sm=6)
 A100 = dict(sms=108, cc_major=8, team_blocks_per_sm=6, block_blocks_per_sm=4,
-            split_blocks_per_sm=6, clusters_active=(0, 0, 0, 0, 0))
-SM90_NO_CLUSTERS = dict(H200, clusters_active=(0, 0, 0, 0, 0))
-DEVICES = {"h200": H200, "a100": A100, "sm90_no_clusters": SM90_NO_CLUSTERS}
+            split_blocks_per_sm=6)
+SM90_SMALL = dict(sms=66, cc_major=9, team_blocks_per_sm=8, block_blocks_per_sm=2,
+                  split_blocks_per_sm=3)
+DEVICES = {"h200": H200, "a100": A100, "sm90_small": SM90_SMALL}
 
 MAX_PARTIALS = 16384  # launch_plan.h kMaxSplitPartials: the workspace holds this many partials
 WORKSPACE_USABLE = _ffi.CUDA_WORKSPACE_BYTES - 16  # 16 bytes go to aligning by hand
 ELEM_BYTES = (2, 4, 8)  # float16/bfloat16, float32, float64
-OPTIONS = [dict(clusters=c, pdl=p) for c in (False, True) for p in (False, True)]
-PATHS = ("team", "block", "split", "cluster")
+OPTIONS = [dict(pdl=p) for p in (None, False, True)]  # None: the process-wide option (on)
+PATHS = ("team", "block", "split")
 INT32_MAX = 2 ** 31 - 1
 WIDE = (32000, 128256, 202048, 262144, 1 << 22, INT32_MAX)
 
@@ -41,33 +42,19 @@ def key_bytes(elem_bytes):
   return 8 if elem_bytes == 8 else 4
 
 
-def check_invariants(p, rows, cols, elem_bytes, device, clusters=None, pdl=None):
+def check_invariants(p, rows, cols, elem_bytes, device, pdl=None):
   """What every plan must satisfy; returns p."""
   caps = DEVICES[device]
-  clusters = False if clusters is None else clusters
   pdl = True if pdl is None else pdl
-  where = f"{rows}x{cols} elem={elem_bytes} on {device} clusters={clusters} pdl={pdl}: {p}"
+  where = f"{rows}x{cols} elem={elem_bytes} on {device} pdl={pdl}: {p}"
   assert p["path"] in PATHS, where
   assert p["vector_elements"] == 16 // elem_bytes, where
   assert p["grid"] >= 1 and p["block"] >= 32 and p["block"] % 32 == 0, where
   assert p["grid"] <= INT32_MAX, where  # gridDim.x
   assert 0 <= p["workspace_bytes"] <= WORKSPACE_USABLE, where
   assert p["row_step"] >= 1, where
-  # PDL and clusters only on sm_90+, PDL only when the option is on, never with clusters.
-  if caps["cc_major"] < 9:
-    assert not p["pdl"] and p["path"] != "cluster", where
-  if not pdl:
-    assert not p["pdl"], where
-  if p["path"] == "cluster":
-    assert clusters, where
-    assert not p["pdl"] and p["workspace_bytes"] == 0 and p["merge_grid"] == 0, where
-    parts = p["parts"]
-    assert parts in (1, 2, 4, 8, 16), where  # never above 16
-    assert p["grid"] == rows * parts, where  # one cluster per row
-    assert rows <= caps["clusters_active"][int(math.log2(parts))], where  # all fit at once
-    assert p["row_step"] % (parts * p["block"] * p["vector_elements"]) == 0, where
-  else:
-    assert p["pdl"] == (caps["cc_major"] >= 9 and pdl), where
+  # PDL exactly on sm_90+ with the option on, whatever the path.
+  assert p["pdl"] == (caps["cc_major"] >= 9 and pdl), where
   if p["path"] == "split":
     parts = p["parts"]
     assert parts >= 2, where
@@ -82,7 +69,7 @@ def check_invariants(p, rows, cols, elem_bytes, device, clusters=None, pdl=None)
     assert per_block % (p["block"] * p["vector_elements"]) == 0, where
     assert (parts - 1) * per_block < cols, where  # no block without work in the first round
   else:
-    assert p["workspace_bytes"] == 0 and p["merge_grid"] == 0, where
+    assert p["workspace_bytes"] == 0 and p["merge_grid"] == 0 and p["parts"] == 1, where
   if p["path"] == "team":
     team = p["team"]
     assert team in (1, 2, 4, 8, 16, 32), where
@@ -100,8 +87,8 @@ def check_invariants(p, rows, cols, elem_bytes, device, clusters=None, pdl=None)
 
 def in_flight(p):
   """Loads in flight per thread per pass, from the plan's row_step."""
-  threads = {"team": p["team"], "block": p["block"], "split": p["parts"] * p["block"],
-             "cluster": p["parts"] * p["block"]}[p["path"]]
+  threads = {"team": p["team"], "block": p["block"],
+             "split": p["parts"] * p["block"]}[p["path"]]
   return p["row_step"] // (threads * p["vector_elements"])
 
 
@@ -125,8 +112,8 @@ def test_team_path_for_narrow_or_many_rows(device, elem_bytes, rows, cols):
 @pytest.mark.parametrize("cols", WIDE)
 @pytest.mark.parametrize("pdl", [None, False, True])
 def test_split_path_for_few_wide_rows(device, elem_bytes, rows, cols, pdl):
-  """1-64 rows x wide columns: several blocks per row through the workspace (the default,
-  clusters off), PDL on sm_90 unless switched off."""
+  """1-64 rows x wide columns: several blocks per row through the workspace, PDL on sm_90
+  unless switched off."""
   p = check_invariants(plan(rows, cols, elem_bytes, device, pdl=pdl), rows, cols, elem_bytes,
                        device, pdl=pdl)
   assert p["path"] == "split", p
@@ -151,48 +138,31 @@ def test_block_path_for_more_rows_than_sms(device, elem_bytes, rows, cols):
 
 
 @pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
-@pytest.mark.parametrize("rows", [1, 2, 8, 16, 32, 64, 100, 132])
-@pytest.mark.parametrize("cols", (32000, 202048, INT32_MAX))
-def test_cluster_path_only_when_asked_and_fitting(elem_bytes, rows, cols):
-  """Clusters on the H200 only with clusters=True, one cluster per row, never above 16 blocks,
-  all clusters co-resident; never on devices without clusters."""
-  for pdl in (False, True):
-    default = plan(rows, cols, elem_bytes, "h200", pdl=pdl)
-    assert default["path"] != "cluster"
-    p = check_invariants(plan(rows, cols, elem_bytes, "h200", clusters=True, pdl=pdl), rows,
-                         cols, elem_bytes, "h200", clusters=True, pdl=pdl)
-    assert p["path"] == "cluster", p
-    assert p["parts"] <= 16 and p["grid"] == rows * p["parts"]
-    for device in ("a100", "sm90_no_clusters"):
-      q = check_invariants(plan(rows, cols, elem_bytes, device, clusters=True, pdl=pdl), rows,
-                           cols, elem_bytes, device, clusters=True, pdl=pdl)
-      assert q["path"] != "cluster", q
-  # Fewer rows get bigger clusters (as many as fit at once).
-  assert plan(1, cols, elem_bytes, "h200", clusters=True)["parts"] >= plan(
-      rows, cols, elem_bytes, "h200", clusters=True)["parts"]
-
-
-def test_cluster_sizes_follow_what_fits():
-  """The largest cluster whose clusters all fit at once, one per row (H200 counts
-  132/66/32/16/7 for 1/2/4/8/16 blocks)."""
-  sizes = {rows: plan(rows, 1 << 22, 4, "h200", clusters=True)["parts"]
-           for rows in (1, 7, 8, 16, 17, 32, 33, 66, 67, 132)}
-  assert sizes == {1: 16, 7: 16, 8: 8, 16: 8, 17: 4, 32: 4, 33: 2, 66: 2, 67: 1, 132: 1}
-  # No cluster of 16 when the device cannot hold one: the next size down.
-  caps = dict(H200, clusters_active=(132, 66, 32, 16, 0))
-  assert _ffi.debug_plan(1, 1 << 22, 4, **caps, clusters=True)["parts"] == 8
-
-
-@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
-def test_no_sm80_plan_uses_pdl_or_clusters(elem_bytes):
-  """cc 8: never PDL, never clusters, whatever the options and even if cluster counts were
-  reported (the cluster kernel traps below sm_90)."""
-  caps = dict(A100, clusters_active=(108, 54, 27, 13, 6))
+def test_no_sm80_plan_uses_pdl(elem_bytes):
+  """cc 8: never PDL, whatever the options and the path."""
+  seen = set()
   for rows, cols in [(1, 202048), (8, 1 << 22), (64, 32000), (256, 202048), (4096, 8)]:
     for options in OPTIONS:
-      p = _ffi.debug_plan(rows, cols, elem_bytes, **caps, **options)
-      assert not p["pdl"], p
-      assert p["path"] != "cluster", (rows, cols, options, p)
+      p = _ffi.debug_plan(rows, cols, elem_bytes, **A100, **options)
+      assert not p["pdl"], (rows, cols, options, p)
+      seen.add(p["path"])
+  assert seen == set(PATHS)
+
+
+def test_no_cluster_path_or_options():
+  """The thread block cluster path is gone: no plan takes it and neither the planner entry nor
+  the plan options take cluster arguments."""
+  for device in DEVICES:
+    for rows in (1, 8, 64, DEVICES[device]["sms"]):  # up to one row per SM: split
+      assert plan(rows, 202048, 4, device)["path"] == "split"
+  with pytest.raises(TypeError):
+    _ffi.debug_plan(1, 202048, 4, **H200, clusters=True)
+  with pytest.raises(TypeError):
+    _ffi.debug_plan(1, 202048, 4, **H200, clusters_active=(132, 66, 32, 16, 7))
+  with pytest.raises(TypeError):
+    _ffi.debug_set_plan_options(clusters=True)
+  assert "clusters" not in _ffi.debug_plan_options()
+  assert "cluster" not in plan(1, 202048, 4, "h200")
 
 
 # ----------------------------------------------------------------------------- geometry
@@ -200,19 +170,20 @@ def test_no_sm80_plan_uses_pdl_or_clusters(elem_bytes):
 @pytest.mark.parametrize("device", DEVICES)
 def test_row_step_is_consistent(device):
   """row_step = threads of a row x loads in flight x vector elements, with one in-flight depth
-  shared by the team, split and cluster kernels and a deeper (or equal) one for the block
-  kernel; the same for every element width."""
+  shared by the team and split kernels and a deeper (or equal) one for the block kernel; the
+  same for every element width."""
   depths = {path: set() for path in PATHS}
   shapes = [(4096, 8), (4096, 4096), (1, 202048), (8, 128256), (256, 202048), (1, 2000)]
   for elem_bytes in ELEM_BYTES:
     for rows, cols in shapes:
       for options in OPTIONS:
         p = plan(rows, cols, elem_bytes, device, **options)
-        threads = {"team": p["team"], "block": p["block"], "split": p["parts"] * p["block"],
-                   "cluster": p["parts"] * p["block"]}[p["path"]]
+        threads = {"team": p["team"], "block": p["block"],
+                   "split": p["parts"] * p["block"]}[p["path"]]
         assert p["row_step"] % (threads * p["vector_elements"]) == 0, p
         depths[p["path"]].add(in_flight(p))
-  shared = depths["team"] | depths["split"] | depths["cluster"]
+  assert all(depths.values()), depths  # every path seen
+  shared = depths["team"] | depths["split"]
   assert len(shared) == 1 and len(depths["block"]) <= 1, depths
   assert not depths["block"] or min(depths["block"]) >= min(shared), depths
 
@@ -266,18 +237,18 @@ def test_random_shapes_keep_every_invariant():
 # ----------------------------------------------------------------------------- options
 
 def test_default_options_and_debug_entry():
-  """Defaults: clusters off, PDL on; a plan with options None takes the process-wide ones;
-  setting them is process-wide and returns what is in force."""
+  """Defaults: PDL on; a plan with options None takes the process-wide ones; setting them is
+  process-wide and returns what is in force."""
   before = _ffi.debug_plan_options()
-  assert before == {"clusters": False, "pdl": True}
+  assert before == {"pdl": True}
   try:
-    assert _ffi.debug_set_plan_options(clusters=True) == {"clusters": True, "pdl": True}
-    assert plan(1, 202048, 4, "h200")["path"] == "cluster"
-    assert _ffi.debug_set_plan_options(pdl=False) == {"clusters": True, "pdl": False}
-    assert _ffi.debug_set_plan_options() == {"clusters": True, "pdl": False}  # None keeps
-    p = plan(8, 202048, 4, "h200", clusters=False)  # explicit options override
+    assert _ffi.debug_set_plan_options(pdl=False) == {"pdl": False}
+    assert _ffi.debug_set_plan_options() == {"pdl": False}  # None keeps
+    p = plan(8, 202048, 4, "h200")  # the process-wide option
     assert p["path"] == "split" and not p["pdl"]
-    assert plan(8, 202048, 4, "h200", clusters=False, pdl=True)["pdl"]
+    assert plan(8, 202048, 4, "h200", pdl=True)["pdl"]  # explicit options override
+    assert _ffi.debug_set_plan_options(pdl=True) == {"pdl": True}
+    assert not plan(8, 202048, 4, "h200", pdl=False)["pdl"]
   finally:
     _ffi.debug_set_plan_options(**before)
   assert _ffi.debug_plan_options() == before
@@ -297,11 +268,6 @@ def test_workspace_constant():
 def test_bad_shapes_raise(rows, cols):
   with pytest.raises(ValueError):
     plan(rows, cols, 4, "h200")
-
-
-def test_clusters_active_needs_five_counts():
-  with pytest.raises(ValueError):
-    _ffi.debug_plan(1, 1000, 4, **dict(H200, clusters_active=(1, 2, 3)))
 
 
 def test_device_plan_needs_a_gpu():

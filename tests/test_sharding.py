@@ -4,9 +4,10 @@ GPUs of a 2-GPU host (the 1-D mesh has N = 2 shards there; 2x2-mesh cases need 4
 Every case checks the results against numpy and the compiled HLO's collectives: rows split ->
 no collective at all; reduction axis split -> only ``[rows, shards]``-sized exchanges (one
 all-gather of packed (value bits, index) words under explicit sharding), never a gather of the
-input. Shapes stay under the CPU handler's crossover (``_dispatch.handler_wins``: one row, or
-fewer than 65536 elements) so that under explicit sharding the handler, not the XLA path, is
-what gets partitioned; under Auto mesh axes (XLA decides the split after lowering) the calls
+input. Under explicit sharding each block takes the path ``_dispatch.route`` gives its shape on
+this platform (on CPU always the handler; on GPU the measured CUDA rule, and the handler again
+with ``method="kernel"``), and the tests check that this path, not a gather, is what gets
+partitioned; under Auto mesh axes (XLA decides the split after lowering) the calls
 take the exact XLA path, which XLA partitions itself (jax_argreduce/_sharding.py says why).
 """
 
@@ -22,7 +23,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import jax_argreduce as ar
-from jax_argreduce import _ffi
+from jax_argreduce import _api, _dispatch, _ffi
 
 # Shards of the 1-D mesh: the 4 virtual CPU devices of conftest, or 2 GPUs.
 N = 4 if jax.device_count() >= 4 else 2
@@ -35,12 +36,23 @@ OPS = {  # name -> (numpy index reference, with_value)
     "max_with_index": (np.argmax, True),
     "min_with_index": (np.argmin, True),
 }
-ROWS, COLS = 8, 4000  # 32000 elements: the CPU handler's side of the crossover
+ROWS, COLS = 8, 4000  # 32000 elements
+# The lowering platform of the default backend, as _dispatch.route names it.
+PLATFORM = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
 
 
-def _op(name):
+def _op(name, method="public"):
   # Late lookup: the public functions are module attributes (so a rewired package is seen).
-  return getattr(ar, name)
+  if method == "public":
+    return getattr(ar, name)
+  return lambda v, axis=-1, axis_name=None: _api.reduce(v, axis, False, op=name, method=method,
+                                                        axis_name=axis_name)
+
+
+def _kernel_method(method):
+  """Skips method="kernel" where "auto" always takes the handler (CPU): the same program."""
+  if method == "kernel" and PLATFORM == "cpu":
+    pytest.skip("on CPU the public op always takes the handler (_dispatch.handler_wins)")
 
 
 @contextlib.contextmanager
@@ -127,6 +139,18 @@ def assert_handler_called(compiled):
   assert any(f'custom_call_target="{t}"' in text for t in _ffi.all_targets()), text
 
 
+def assert_routed(compiled, name, method, block_shape, dtype):
+  """Each block runs the path _dispatch routes its shape to on this platform: the handler
+  (``method="kernel"``, or where the measured rule picks it), else the XLA path (no handler
+  call at all)."""
+  if _dispatch.route(name, PLATFORM, block_shape, np.dtype(dtype), method.replace(
+      "public", "auto")) == "kernel":
+    assert_handler_called(compiled)
+  else:
+    text = compiled.as_text()
+    assert not any(f'custom_call_target="{t}"' in text for t in _ffi.all_targets()), text
+
+
 def assert_no_collective(compiled):
   assert collectives(compiled.as_text()) == []
 
@@ -137,16 +161,19 @@ def assert_no_collective(compiled):
 CASES_1D = [("rows", P("d", None)), ("vocab", P(None, "d"))]
 
 
+@pytest.mark.parametrize("method", ["public", "kernel"])
 @pytest.mark.parametrize("name", list(OPS))
 @pytest.mark.parametrize("where,spec", CASES_1D, ids=[c[0] for c in CASES_1D])
-def test_mesh_1d(partitioner, name, where, spec):
+def test_mesh_1d(partitioner, name, where, spec, method):
+  _kernel_method(method)
   mesh = mesh_1d()
   x = randn((ROWS, COLS), seed=1)
   xs = jax.device_put(x, NamedSharding(mesh, spec))
-  f = jax.jit(lambda v: _op(name)(v, axis=-1))
+  f = jax.jit(lambda v: _op(name, method)(v, axis=-1))
   check_results(name, f(xs), x)
   compiled = f.lower(xs).compile()
-  assert_handler_called(compiled)
+  block = (ROWS // N, COLS) if where == "rows" else (ROWS, COLS // N)
+  assert_routed(compiled, name, method, block, x.dtype)
   if where == "rows":
     assert_no_collective(compiled)
   else:
@@ -294,17 +321,19 @@ def test_uneven_vocab_auto(rows, cols):
 # ---------------------------------------------------------------------------------------------
 # axis_name= inside a user's shard_map.
 
+@pytest.mark.parametrize("method", ["public", "kernel"])
 @pytest.mark.parametrize("name", list(OPS))
-def test_axis_name_in_shard_map(name):
+def test_axis_name_in_shard_map(name, method):
+  _kernel_method(method)
   mesh = mesh_1d()
   x = boundary_rows()
   xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
   out_specs = (P(), P()) if OPS[name][1] else P()
-  f = jax.jit(jax.shard_map(lambda v: _op(name)(v, axis=-1, axis_name="d"), mesh=mesh,
+  f = jax.jit(jax.shard_map(lambda v: _op(name, method)(v, axis=-1, axis_name="d"), mesh=mesh,
                             in_specs=P(None, "d"), out_specs=out_specs))
   check_results(name, f(xs), x)
   compiled = f.lower(xs).compile()
-  assert_handler_called(compiled)
+  assert_routed(compiled, name, method, (ROWS, COLS // N), x.dtype)
   assert_pairs_only(compiled, ROWS, N)
 
 

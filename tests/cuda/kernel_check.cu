@@ -2,7 +2,7 @@
 // compute-sanitizer (memcheck, racecheck): buffers come from plain cudaMalloc so every
 // out-of-bounds access is caught. For each set of plan options it runs every launch path (team
 // with the row loop, one block per row, split through the workspace with and without
-// programmatic dependent launch, clusters) on rows with NaNs (any sign and payload), ties,
+// programmatic dependent launch) on rows with NaNs (any sign and payload), ties,
 // infinities, signed zeros, subnormals and all -inf / all-lowest rows planted across block
 // boundaries, for argmax/argmin with and without the values output, int32 and int64 indices,
 // rows on and off 16-byte alignment. Outputs and the workspace are poisoned before every
@@ -14,8 +14,8 @@
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi tests/cuda/kernel_check.cu
 //        ffi/argreduce_kernels.cu ffi/launch_plan.cc -o kernel_check
-// Run: kernel_check [--clusters=0|1] [--pdl=0|1] [--quick]
-//   (default: all four option sets; --quick: one case per path, for the sanitizers)
+// Run: kernel_check [--pdl=0|1] [--quick]
+//   (default: both option sets, PDL on and off; --quick: one case per path, for the sanitizers)
 // Prints one line per case and "kernel_check: N cases, M mismatches"; exit 1 on a mismatch,
 // 2 on a CUDA error, 3 when a path expected under the options was never taken.
 #include <cuda_bf16.h>
@@ -164,23 +164,19 @@ struct Options {
 };
 
 Options ParseArgs(int argc, char** argv) {
-  int clusters = -1, pdl = -1;
+  int pdl = -1;
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--clusters=", 0) == 0) clusters = std::atoi(a.c_str() + 11);
-    else if (a.rfind("--pdl=", 0) == 0) pdl = std::atoi(a.c_str() + 6);
+    if (a.rfind("--pdl=", 0) == 0) pdl = std::atoi(a.c_str() + 6);
     else if (a == "--quick") o.quick = true;
     else { std::printf("unknown argument %s\n", a.c_str()); std::exit(4); }
   }
-  for (int c = 0; c < 2; ++c) {
-    for (int p = 0; p < 2; ++p) {
-      if ((clusters < 0 || clusters == c) && (pdl < 0 || pdl == p)) {
-        PlanOptions opt;
-        opt.clusters = c != 0;
-        opt.pdl = p != 0;
-        o.sets.push_back(opt);
-      }
+  for (int p = 0; p < 2; ++p) {
+    if (pdl < 0 || pdl == p) {
+      PlanOptions opt;
+      opt.pdl = p != 0;
+      o.sets.push_back(opt);
     }
   }
   return o;
@@ -202,7 +198,7 @@ int main(int argc, char** argv) {
   void* d_ws = nullptr;
   CHECK(cudaMalloc(&d_ws, ws_bytes));
   // Team with the row loop (400000 x 5: more rows than threads in one wave) and team widths
-  // 1..32, one block per row (300 x 4097, 150 x 30001), few wide rows (split or clusters) incl.
+  // 1..32, one block per row (300 x 4097, 150 x 30001), few wide rows (split) incl.
   // a row longer than one scan step (1 x 2^21), up to one row per SM (100 x 20001, 132 x
   // 20001), odd widths.
   std::vector<Case> cases = {{400000, 5}, {70001, 3}, {4096, 8},    {3, 1},      {5, 2},
@@ -218,9 +214,8 @@ int main(int argc, char** argv) {
 
   for (const PlanOptions& options : args.sets) {
     std::set<Path> taken;
-    std::printf("== options clusters=%d pdl=%d (device %d, %s, %d SMs, cc %d.%d)\n",
-                options.clusters, options.pdl, device, prop.name, prop.multiProcessorCount,
-                prop.major, prop.minor);
+    std::printf("== options pdl=%d (device %d, %s, %d SMs, cc %d.%d)\n", options.pdl, device,
+                prop.name, prop.multiProcessorCount, prop.major, prop.minor);
     for (const Case& c : cases) {
       for (Format f : formats) {
         const size_t w = Width(f);
@@ -249,6 +244,11 @@ int main(int argc, char** argv) {
         for (int is_min = 0; is_min < 2; ++is_min) {
           CHECK(PlanArgReduce(device, options, f, is_min, c.rows, c.cols, &plan));
           taken.insert(plan.path);
+          if (plan.pdl != (options.pdl && prop.major >= 9)) {  // PDL exactly where asked and able
+            std::printf("  plan pdl=%d with option pdl=%d on cc %d\n", plan.pdl, options.pdl,
+                        prop.major);
+            ++bad;
+          }
           // Reference indices per input and row.
           std::vector<std::vector<int64_t>> want(2, std::vector<int64_t>(c.rows));
           for (int k = 0; k < 2; ++k) {
@@ -334,15 +334,10 @@ int main(int argc, char** argv) {
         }
       }
     }
-    // The paths these options must reach (on sm_90 with clusters the few-wide-row cases go to
-    // clusters; without, to the split path; PDL where the device has it).
-    std::vector<Path> expect = {Path::kTeam, Path::kBlock};
-    const bool cluster_capable = prop.major >= 9;
-    expect.push_back(options.clusters && cluster_capable ? Path::kCluster : Path::kSplit);
-    for (Path p : expect) {
+    // Every path must be reached under every option set (PDL is only a launch attribute).
+    for (Path p : {Path::kTeam, Path::kBlock, Path::kSplit}) {
       if (!taken.count(p)) {
-        std::printf("  path %s never taken with clusters=%d pdl=%d\n", PathName(p),
-                    options.clusters, options.pdl);
+        std::printf("  path %s never taken with pdl=%d\n", PathName(p), options.pdl);
         ++missing;
       }
     }
