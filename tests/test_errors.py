@@ -36,6 +36,15 @@ def _op_dtypes(dtypes, thin=("bfloat16", "int32", "bool")):
           if not reference.with_value(op) or d in thin]
 
 
+def _rotated(combos, grid, variants):
+  """Thinned cross product, every behaviour kept: each combo of ``combos`` (tuples: op, dtype,
+  method) runs every entry of ``grid`` (tuples: shape, axis), each with one of ``variants``
+  (tuples: keepdims, jit, ...) chosen by rotation, so every combo meets every variant and
+  every grid entry meets every variant, instead of the full combos x grid x variants."""
+  return [(*c, *g, *variants[(ci + gi) % len(variants)])
+          for ci, c in enumerate(combos) for gi, g in enumerate(grid)]
+
+
 def _jnp_exception(call):
   """The exception ``jnp`` raises for a call (it must raise one)."""
   try:
@@ -55,12 +64,11 @@ def _assert_raises_like(ours, theirs):
 
 # ----------------------------------------------------------------------------- empty inputs
 
-@pytest.mark.parametrize("op,dtype", _op_dtypes(FLOATS + ("int32", "bool")))
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("shape,axis", [((0,), None), ((0,), 0), ((0, 5), None), ((0, 5), 0),
-                                        ((5, 0), 1), ((5, 0), -1), ((2, 0, 3), 1),
-                                        ((2, 0, 3), -2), ((3, 2, 0), None)])
-@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("op,dtype,method,shape,axis,keepdims", _rotated(
+    [(op, d, m) for op, d in _op_dtypes(FLOATS + ("int32", "bool")) for m in METHODS],
+    [((0,), None), ((0,), 0), ((0, 5), None), ((0, 5), 0), ((5, 0), 1), ((5, 0), -1),
+     ((2, 0, 3), 1), ((2, 0, 3), -2), ((3, 2, 0), None)],
+    [(False,), (True,)]))
 def test_empty_reduction_raises_value_error(op, method, dtype, shape, axis, keepdims):
   x = np.zeros(shape, _np_dtype(dtype))
   f = functools.partial(_fn(op, method), axis=axis, keepdims=keepdims)
@@ -74,12 +82,10 @@ def test_empty_reduction_raises_value_error(op, method, dtype, shape, axis, keep
     reference.argreduce(x, axis=axis, keepdims=keepdims, op=op)
 
 
-@pytest.mark.parametrize("op,dtype", _op_dtypes(FLOATS + ("int32",)))
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("shape,axis", [((0, 5), 1), ((0, 5), -1), ((3, 0, 4), 2), ((3, 0, 4), 0),
-                                        ((0, 0, 7), -1), ((4, 0), 0)])
-@pytest.mark.parametrize("keepdims", [False, True])
-@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("op,dtype,method,shape,axis,keepdims,jit", _rotated(
+    [(op, d, m) for op, d in _op_dtypes(FLOATS + ("int32",)) for m in METHODS],
+    [((0, 5), 1), ((0, 5), -1), ((3, 0, 4), 2), ((3, 0, 4), 0), ((0, 0, 7), -1), ((4, 0), 0)],
+    [(False, False), (True, False), (False, True), (True, True)]))
 def test_empty_non_reduced_dim(op, method, dtype, shape, axis, keepdims, jit):
   x = np.zeros(shape, _np_dtype(dtype))
   f = functools.partial(_fn(op, method), axis=axis, keepdims=keepdims)
@@ -112,11 +118,11 @@ def test_axis_out_of_range(op, method, dtype, shape, axis):
     reference.argreduce(x, axis=axis, op=op)
 
 
-@pytest.mark.parametrize("op,dtype", _op_dtypes(("float32", "bfloat16", "float16", "int32",
-                                                 "bool")))
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("axis", [0, -1, None])
-@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("op,dtype,method,axis,keepdims", _rotated(
+    [(op, d, m) for op, d in _op_dtypes(("float32", "bfloat16", "float16", "int32", "bool"))
+     for m in METHODS],
+    [(0,), (-1,), (None,)],
+    [(False,), (True,)]))
 def test_zero_dim_takes_axis_0_and_minus_1(op, method, dtype, axis, keepdims):
   """A 0-d input reduces its one element with axis 0, -1 or None, as numpy (jnp raises for
   0 and -1): index 0, and for the with-index ops the element itself."""
@@ -156,10 +162,9 @@ def test_axis_integer_like(op, axis):
 
 # ----------------------------------------------------------------------------- dtypes
 
-@pytest.mark.parametrize("op", ALL_OPS)
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
-@pytest.mark.parametrize("axis", [None, 0, -1])
+@pytest.mark.parametrize("op,method,axis,dtype", _rotated(
+    [(op, m) for op in ALL_OPS for m in METHODS], [(None,), (0,), (-1,)],
+    [("complex64",), ("complex128",)]))
 def test_complex_raises_like_jnp(op, method, dtype, axis, x64):
   with x64(dtype == "complex128"):
     x = (np.arange(12) + 1j * np.arange(12)[::-1]).reshape(3, 4).astype(dtype)
@@ -174,15 +179,26 @@ _INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64
 
 
 # Integer and bool inputs never reach a handler: every method takes jnp's reduction (the forced
-# methods once per op and dtype family, the public functions on every dtype and shape).
-_INT_CASES = [(op, d, m) for op, d in _op_dtypes(_INTS, thin=("int8", "uint32", "int64", "bool"))
-              for m in METHODS if m == "public" or d in ("int32", "bool")]
+# methods once per op and dtype family, the public functions on every dtype). Each (op, dtype,
+# method) runs one of the shapes, rotating per method so that every method meets every shape
+# (the reduction is jnp's, the same for every shape; what differs per dtype is the extremes).
+_INT_SHAPES = [((6, 40), 1, True), ((6, 40), 0, False), ((3, 4, 30), -2, True),
+               ((3, 4, 5), None, True), ((50,), None, False)]
 
 
-@pytest.mark.parametrize("op,dtype,method", _INT_CASES)
-@pytest.mark.parametrize("shape,axis,keepdims", [
-    ((6, 40), 1, True), ((6, 40), 0, False), ((3, 4, 30), -2, True), ((3, 4, 5), None, True),
-    ((50,), None, False)])
+def _int_cases():
+  combos = [(op, d, m) for op, d in _op_dtypes(_INTS, thin=("int8", "uint32", "int64", "bool"))
+            for m in METHODS if m == "public" or d in ("int32", "bool")]
+  seen = {m: 0 for m in METHODS}
+  cases = []
+  for op, d, m in combos:
+    cases.append((op, d, m, *_INT_SHAPES[seen[m] % len(_INT_SHAPES)]))
+    seen[m] += 1
+  assert all(n >= len(_INT_SHAPES) for n in seen.values()), seen
+  return cases
+
+
+@pytest.mark.parametrize("op,dtype,method,shape,axis,keepdims", _int_cases())
 def test_integer_and_bool_match_numpy(op, method, dtype, shape, axis, keepdims, x64):
   rng = np.random.default_rng(sum(shape))
   if dtype == "bool":

@@ -76,11 +76,16 @@ def _op_dtypes(dtypes, thin=("bfloat16",)):
   return [(op, d) for op in ALL_OPS for d in dtypes if op not in WITH_INDEX or d in thin]
 
 
-@pytest.mark.parametrize("op,dtype", _op_dtypes(FLOATS))
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("shape,axis", [((37,), None), ((37,), 0), ((5, 70), 1), ((5, 70), -2),
-                                        ((3, 4, 50), None), ((3, 4, 50), 1), ((2, 3, 4, 5), -1)])
-@pytest.mark.parametrize("keepdims", [False, True])
+_JIT_SHAPES = [((37,), None), ((37,), 0), ((5, 70), 1), ((5, 70), -2), ((3, 4, 50), None),
+               ((3, 4, 50), 1), ((2, 3, 4, 5), -1)]
+
+
+# Every (op, dtype, method) on every (shape, axis); keepdims alternates (by rotation, so each
+# combination and each shape meets both) instead of doubling the grid.
+@pytest.mark.parametrize("op,dtype,method,shape,axis,keepdims", [
+    (op, d, m, shape, axis, (ci + si) % 2 == 1)
+    for ci, (op, d, m) in enumerate((op, d, m) for op, d in _op_dtypes(FLOATS) for m in METHODS)
+    for si, (shape, axis) in enumerate(_JIT_SHAPES)])
 def test_jit(op, method, dtype, shape, axis, keepdims):
   x = _data(shape, dtype, seed=len(shape))
   fn = jax.jit(functools.partial(_fn(op, method), axis=axis, keepdims=keepdims))
@@ -108,10 +113,12 @@ def _loop_ref(op, x, in_axis, axis, keepdims=False):
                      for i in range(x.shape[in_axis])])
 
 
-@pytest.mark.parametrize("op", ALL_OPS)
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("in_axis", [0, 1, -1])
-@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+# Half of the (in_axis, axis) grid per (op, method), alternating, so every (op, method) meets
+# every in_axis and every axis, and every (in_axis, axis) pair runs under half the (op, method)s.
+@pytest.mark.parametrize("op,method,in_axis,axis", [
+    (op, m, i, a) for ci, (op, m) in enumerate((op, m) for op in ALL_OPS for m in METHODS)
+    for ii, i in enumerate((0, 1, -1)) for ai, a in enumerate((None, 0, 1, -1))
+    if (ci + ii + ai) % 2 == 0])
 def test_vmap(op, method, in_axis, axis):
   x = _data((4, 6, 33), seed=in_axis % 3 + 7)
   f = functools.partial(_fn(op, method), axis=axis)
@@ -223,11 +230,11 @@ def _gathered(t, indices, axis, keepdims):
   return got if keepdims else np.squeeze(got, axis)
 
 
-@pytest.mark.parametrize("op", WITH_INDEX)
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("axis,keepdims", [(None, False), (None, True), (1, False), (0, True),
-                                           (-1, False)])
-@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("op,method,axis,keepdims,jit", [  # jit alternates (rotation)
+    (op, m, axis, keepdims, (ci + ki) % 2 == 1)
+    for ci, (op, m) in enumerate((op, m) for op in WITH_INDEX for m in METHODS)
+    for ki, (axis, keepdims) in enumerate([(None, False), (None, True), (1, False), (0, True),
+                                           (-1, False)])])
 def test_with_index_jvp(op, method, axis, keepdims, jit):
   """Values tangent = the input tangent gathered at the index; indices tangent float0."""
   x = _data((4, 9), seed=14)
@@ -305,9 +312,9 @@ def test_eval_shape(op, dtype, shape, axis, keepdims, x64_mode):
   assert got.dtype == (np.int64 if x64_mode else np.int32)
 
 
-@pytest.mark.parametrize("op", ALL_OPS)
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("dtype", FLOATS + ("float64",))
+@pytest.mark.parametrize("op,method,dtype", [
+    (op, m, d) for op in ALL_OPS for m in METHODS for d in FLOATS + ("float64",)
+    if op not in WITH_INDEX or d in ("bfloat16", "float64")])  # with-index ops: thinned dtypes
 def test_x64_index_dtype(op, method, dtype, x64_mode):
   x = _data((3, 20), dtype, seed=15)
   want_dtype = np.dtype(np.int64 if x64_mode else np.int32)
@@ -331,13 +338,23 @@ _VIEWS = {
 }
 
 
-@pytest.mark.parametrize("op", ALL_OPS)
-@pytest.mark.parametrize("view", _VIEWS)
-@pytest.mark.parametrize("axis", [None, 0, -1])
-@pytest.mark.parametrize("where", ["numpy_view", "jnp_eager", "inside_jit"])
+def _non_contiguous_cases():
+  """argmax/argmin: every view x axis x where. The with-index ops (the same code up to the
+  handler) skip jnp_eager (the eager path of numpy_view) and take one axis per (view, where),
+  rotating, so each meets every view, axis and where."""
+  cases = []
+  for op in ALL_OPS:
+    for vi, view in enumerate(_VIEWS):
+      for wi, where in enumerate(["numpy_view", "jnp_eager", "inside_jit"]):
+        for ai, axis in enumerate([None, 0, -1]):
+          if op in WITH_INDEX and (where == "jnp_eager" or (vi + wi + ALL_OPS.index(op)) % 3 != ai):
+            continue
+          cases.append((op, view, axis, where))
+  return cases
+
+
+@pytest.mark.parametrize("op,view,axis,where", _non_contiguous_cases())
 def test_non_contiguous(op, view, axis, where):
-  if op in WITH_INDEX and where == "jnp_eager":
-    pytest.skip("same eager path as numpy_view for the with-index ops (kept for argmax/argmin)")
   base = _data((9, 64), seed=16)
   ref_input = _VIEWS[view](base)
   assert not ref_input.flags.c_contiguous  # numpy really makes strided views
@@ -362,10 +379,19 @@ _LAYOUTS = {  # name -> (mesh shape, mesh axis names, array shape, partition spe
 }
 
 
-@pytest.mark.parametrize("op,method", [(op, m) for op in ALL_OPS for m in METHODS
-                                       if op not in WITH_INDEX or m == "public"])
-@pytest.mark.parametrize("axis", [-1, 0, None])
-@pytest.mark.parametrize("layout", _LAYOUTS)
+def _sharded_cases():
+  """Every (op, method) (with-index ops: public only) on every layout and every axis, one method
+  per (op, layout, axis) by rotation instead of all three."""
+  cases = []
+  for op in ALL_OPS:
+    methods = ("public",) if op in WITH_INDEX else METHODS
+    for li, layout in enumerate(_LAYOUTS):
+      for ai, axis in enumerate((-1, 0, None)):
+        cases.append((op, methods[(li + ai + ALL_OPS.index(op)) % len(methods)], axis, layout))
+  return cases
+
+
+@pytest.mark.parametrize("op,method,axis,layout", _sharded_cases())
 def test_sharded(op, method, axis, layout):
   """Input sharded over 4 CPU devices (rows, and the reduction axis too): jit(op) == numpy."""
   if jax.device_count() < 4:
