@@ -1,4 +1,5 @@
-"""Helpers shared by the CPU test modules: the ops under test, by name and by forced path.
+"""Helpers shared by the test modules: the ops under test, by name and by forced path, and the
+CUDA plan option sets the GPU modules run under.
 
 The numpy reference lives in ``reference.py``; the jnp counterpart of each op is what its
 errors and result dtypes are compared with.
@@ -6,11 +7,16 @@ errors and result dtypes are compared with.
 
 from __future__ import annotations
 
+import contextlib
+
+import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 import jax_argreduce
 import reference
-from jax_argreduce import _api
+from jax_argreduce import _api, _ffi
 from reference import np_dtype  # noqa: F401  (re-exported)
 
 # Paths a test can force: the public function, or _api.reduce with method "kernel" / "xla".
@@ -36,3 +42,31 @@ def op_fn(op, method):
     return lambda x, axis=None, keepdims=False: public(x, axis=axis, keepdims=keepdims)
   return lambda x, axis=None, keepdims=False: _api.reduce(x, axis, keepdims, op=op,
                                                           method=method)
+
+
+# CUDA plan option sets (jax_argreduce._ffi.debug_set_plan_options) the GPU tests run under.
+OPTION_SETS = {
+    "default": dict(pdl=True),
+    "no_pdl": dict(pdl=False),
+}
+
+
+@contextlib.contextmanager
+def plan_options(name):
+  """Process-wide plan options inside the block (restored after)."""
+  before = _ffi.debug_plan_options()
+  try:
+    yield _ffi.debug_set_plan_options(**OPTION_SETS[name])
+  finally:
+    _ffi.debug_set_plan_options(**before)
+
+
+def x64_for(dtype):
+  """jax_enable_x64 on exactly for float64 inputs."""
+  return jax.enable_x64(np.dtype(reference.np_dtype(dtype)) == np.float64)
+
+
+@pytest.fixture
+def needs_cuda_build():
+  if not _ffi.HAS_CUDA:
+    pytest.skip("jax_argreduce was built without CUDA")

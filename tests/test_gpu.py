@@ -32,45 +32,22 @@ import pytest
 
 import jax_argreduce
 import reference
+from _common import OPTION_SETS, needs_cuda_build, plan_options, x64_for  # noqa: F401
 from jax_argreduce import _api, _dispatch, _ffi
 from reference import OPS, fill_rows, random_rows
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
 
 DTYPES = ["float32", "bfloat16", "float16", "float64"]
 SEED = int(os.environ.get("JAX_ARGREDUCE_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
 
 # Plan option sets: name -> kwargs of _ffi.debug_set_plan_options.
-OPTION_SETS = {
-    "default": dict(pdl=True),
-    "no_pdl": dict(pdl=False),
-}
 
 
 @pytest.fixture
 def rng():
   print(f"seed {SEED}")
   return np.random.default_rng(SEED)
-
-
-@pytest.fixture(autouse=True)
-def _needs_cuda_build():
-  if not _ffi.HAS_CUDA:
-    pytest.skip("jax_argreduce was built without CUDA")
-
-
-@contextlib.contextmanager
-def plan_options(name):
-  """Process-wide plan options inside the block (restored after)."""
-  before = _ffi.debug_plan_options()
-  try:
-    yield _ffi.debug_set_plan_options(**OPTION_SETS[name])
-  finally:
-    _ffi.debug_set_plan_options(**before)
-
-
-def x64_for(dtype):
-  return jax.enable_x64(np.dtype(reference.np_dtype(dtype)) == np.float64)
 
 
 _RUNNERS = {}

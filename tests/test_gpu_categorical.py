@@ -40,37 +40,15 @@ import pytest
 
 import jax_argreduce
 import reference
+from _common import OPTION_SETS, needs_cuda_build, plan_options, x64_for  # noqa: F401
 from jax_argreduce import _ffi
 from test_categorical import P_MIN, chi_square_gof, report, softmax_probs, within_sigmas
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
 
 DTYPES = ["float32", "bfloat16", "float16", "float64"]
-OPTION_SETS = {
-    "default": dict(pdl=True),
-    "no_pdl": dict(pdl=False),
-}
 HERE = os.path.dirname(os.path.abspath(__file__))
 FFI = os.path.join(HERE, "..", "ffi")
-
-
-@pytest.fixture(autouse=True)
-def _needs_cuda_build():
-  if not _ffi.HAS_CUDA:
-    pytest.skip("jax_argreduce was built without CUDA")
-
-
-@contextlib.contextmanager
-def plan_options(name):
-  before = _ffi.debug_plan_options()
-  try:
-    yield _ffi.debug_set_plan_options(**OPTION_SETS[name])
-  finally:
-    _ffi.debug_set_plan_options(**before)
-
-
-def x64_for(dtype):
-  return jax.enable_x64(np.dtype(reference.np_dtype(dtype)) == np.float64)
 
 
 def cpu_device():
