@@ -100,8 +100,8 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Adapter to the package's internals. The fallbacks serve the package as it was before the
-# restructure (jax_argreduce._api._argreduce, _primitive, cuda_launch_plan): delete them, and
-# --stand-ins, once _api.reduce, _dispatch and the new ops have landed.
+# restructure (jax_argreduce._api._argreduce, _primitive, cuda_launch_plan): the
+# `gpu_check.sh baseline` stage times that build with this benchmark, ops it lacks skipped.
 
 
 def has_op(op: str) -> bool:
@@ -181,29 +181,6 @@ class PlanOptions:
   def reset(self) -> None:
     if self.defaults:
       self.set(**self.defaults)
-
-
-def install_stand_ins() -> list[str]:
-  """--stand-ins (development only): jnp stand-ins for ops the package does not have yet, so
-  their benchmark code runs; their numbers mean nothing."""
-  import jax
-  import jax.numpy as jnp
-  import jax_argreduce
-  added = []
-  if not hasattr(jax_argreduce, "max_with_index"):
-    jax_argreduce.max_with_index = lambda a, axis=-1, keepdims=False: (
-        jnp.max(a, axis=axis, keepdims=keepdims), jnp.argmax(a, axis=axis, keepdims=keepdims))
-    added.append("max_with_index")
-  if not hasattr(jax_argreduce, "categorical"):
-    def categorical(key, logits, axis=-1, *, temperature=None):
-      t = 1.0 if temperature is None else temperature
-      if getattr(key, "ndim", 0):
-        return jax.vmap(lambda k, r: jax.random.categorical(k, r.astype(jnp.float32) / t))(
-            key, logits)
-      return jax.random.categorical(key, logits.astype(jnp.float32) / t, axis=axis)
-    jax_argreduce.categorical = categorical
-    added.append("categorical")
-  return added
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,8 +266,6 @@ def parse_args(argv=None):
   p.add_argument("--quick", action="store_true", help="tiny shapes, few iterations")
   p.add_argument("--cpu-events", action="store_true",
                  help="no GPU: time the CPU executor's trace events (development only)")
-  p.add_argument("--stand-ins", action="store_true",
-                 help="development only: jnp stand-ins for ops the package lacks")
   p.add_argument("--no-command-buffers", action="store_true",
                  help="XLA_FLAGS=--xla_gpu_enable_command_buffer= (no CUDA graphs)")
   p.add_argument("--no-check", action="store_true", help="skip the result checks")
@@ -1114,11 +1089,6 @@ def main(argv=None) -> int:
   device = "gpu" if gpu else ("cpu" if args.cpu_events else None)
   ctx = Ctx(args, jax, jnp, np, gpu, device,
             PlanOptions() if args.variant_list else None, [])
-  if args.stand_ins:
-    added = install_stand_ins()
-    if added:
-      ctx.note(f"--stand-ins: jnp stand-ins for {', '.join(added)} (numbers mean "
-                       "nothing)")
   if not gpu:
     ctx.note("no GPU: " + ("--cpu-events: spans are CPU executor event times"
                                    if device else "no device spans (use --cpu-events)"))

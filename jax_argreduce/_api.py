@@ -126,6 +126,10 @@ def argmax(a, axis: int | None = None, out: None = None, keepdims: bool | None =
       A 0-d input takes 0 and -1, as numpy.
     out: must be None (as ``jnp.argmax``).
     keepdims: keep the reduced axis as a dimension of size 1.
+    axis_name: inside a ``jax.shard_map``, the mesh axis (or tuple of axes, major first) that
+      ``axis`` is split over: ``a`` is this device's block and the result the global answer
+      (global indices), from one exchange of per-shard pairs (SPEC §1d). Not needed under
+      ``jit`` with sharded inputs: those are partitioned automatically (explicit mesh axes).
 
   Returns:
     Integer array of ``a.shape`` without ``axis`` (all dimensions when ``axis`` is None; size 1
@@ -134,7 +138,7 @@ def argmax(a, axis: int | None = None, out: None = None, keepdims: bool | None =
 
   Raises:
     ValueError: the reduction is over an empty axis, or the axis is longer than the index
-      dtype can hold.
+      dtype can hold; ``axis_name`` names no bound mesh axis or comes without an axis.
     IndexError: ``axis`` is out of range (``numpy.exceptions.AxisError``).
     TypeError: ``a`` is not an array or scalar, or is complex (as ``jnp.argmax``).
     NotImplementedError: ``out`` is not None (as ``jnp.argmax``).
@@ -167,6 +171,8 @@ def max_with_index(a, axis: int | None = -1, keepdims: bool = False, *, axis_nam
     a: array of any shape and dtype (the four float formats run on the handlers, as argmax).
     axis: the reduction axis (default: the last), or None for the flattened array.
     keepdims: keep the reduced axis as a dimension of size 1 in both results.
+    axis_name: as for :func:`argmax` (inside ``shard_map``: the mesh axis ``axis`` is split
+      over; values and global indices of the whole axis).
 
   Returns:
     ``(values, indices)``: ``indices`` exactly ``argmax(a, axis, keepdims=keepdims)``;
