@@ -12,6 +12,7 @@ import numpy as np
 import jax.numpy as jnp
 
 from jax_argreduce import _ffi
+from jax_argreduce._compat import is_constant_dim, is_constant_shape
 
 # Paths a call can ask for: "auto" (the measured choice), "kernel" (the FFI handler), "xla".
 METHODS = ("auto", "kernel", "xla")
@@ -74,7 +75,6 @@ def route(op: str, platform: str, shape, dtype, method: str = "auto") -> str:
   """
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-  from jax_argreduce._compat import is_constant_dim, is_constant_shape
   target = "categorical" if op == "categorical" else "argreduce"
   if method == "xla" or _ffi.target(target, platform) is None or not handles_dtype(dtype):
     return "xla"
