@@ -152,8 +152,10 @@ def launch_plan(rows: int, cols: int, dtype: str, op: str) -> dict | None:
   try:
     if not getattr(_ffi, "HAS_CUDA", False):
       return None
+    if op == "categorical":
+      return None  # planned for the sampler's policy: the traced kernel's geometry says it
     if hasattr(_ffi, "debug_launch_plan"):
-      plan = _ffi.debug_launch_plan(rows, cols, dtype, op=op)
+      plan = _ffi.debug_launch_plan(rows, cols, dtype, op=op)  # launched from the host
     elif op in ("argmax", "argmin"):  # pre-restructure package
       plan = _ffi.cuda_launch_plan(rows, cols, dtype, op == "argmin")
     else:
@@ -425,6 +427,7 @@ def plan_string(plan: dict | None, path: str | None) -> str:
   extra = [f"{k} {dims(plan[k])}" for k in ("team", "parts", "blocks_per_row")
            if not isinstance(plan.get(k), bool) and plan.get(k) not in (None, 0, 1)]
   extra += ["pdl"] if plan.get("pdl") is True else []
+  extra += ["last block merges"] if plan.get("last_block_merges") is True else []
   return s + (f" ({', '.join(extra)})" if extra else "")
 
 

@@ -41,7 +41,9 @@ log="$OUT/run.log"
 # PYTHONPATH, so a second build (the baseline stage: the commit in $BASELINE_DIR, e.g. a
 # `git archive` of the previous main) can be imported by another process of the same run.
 # pytest runs from /tmp so the source tree's jax_argreduce/ (no extension) is not imported.
-PKG=${PKG:-/tmp/jax_argreduce_pkg}
+# PREBUILT=DIR / BASELINE_PREBUILT=DIR: use packages already built (pip --target) for this
+# machine's Python, jaxlib and sm_90 instead of building here (saves device time).
+PKG=${PREBUILT:-${PKG:-/tmp/jax_argreduce_pkg}}
 build() {  # build SRC_DIR TARGET_DIR
   rm -rf "$2"
   python3 -m pip install --no-build-isolation --no-deps -q --target "$2" \
@@ -53,13 +55,17 @@ build() {  # build SRC_DIR TARGET_DIR
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   python3 -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
-  echo "== build (sm_90) into $PKG"
   t0=$(date +%s)
-  if has baseline; then  # both builds at once (CPU only; nothing runs on the GPU yet)
+  if has baseline && [[ -z ${BASELINE_PREBUILT:-} ]]; then  # both builds at once (CPU only)
     build "${BASELINE_DIR:-.baseline}" /tmp/jax_argreduce_base & base_pid=$!
   fi
-  build . "$PKG" || exit 1
-  if has baseline; then wait $base_pid || exit 1; fi
+  if [[ -n ${PREBUILT:-} ]]; then
+    echo "== prebuilt package $PREBUILT (built elsewhere for this Python, jaxlib and sm_90)"
+  else
+    echo "== build (sm_90) into $PKG"
+    build . "$PKG" || exit 1
+  fi
+  if has baseline && [[ -z ${BASELINE_PREBUILT:-} ]]; then wait $base_pid || exit 1; fi
   echo "built in $(( $(date +%s) - t0 )) s"
 } 2>&1 | tee "$log"
 [[ ${PIPESTATUS[0]} == 0 ]] || exit 1
@@ -70,7 +76,7 @@ rc=0
 if has baseline; then
   # The previous build on the same GPU in the same run: argmax only, both tables.
   echo "== baseline: bench.py chain,isolated of ${BASELINE_DIR:-.baseline}" | tee -a "$log"
-  PYTHONPATH=/tmp/jax_argreduce_base python3 benchmarks/bench.py chain,isolated --ops argmax \
+  PYTHONPATH=${BASELINE_PREBUILT:-/tmp/jax_argreduce_base} python3 benchmarks/bench.py chain,isolated --ops argmax \
     --out /tmp/baseline_out ${BASELINE_ARGS:-} 2>&1 | grep -vE "^\[(timing|chain|isolated)\]" \
     | tee -a "$log"
   rc=$(( rc | PIPESTATUS[0] ))

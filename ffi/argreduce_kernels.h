@@ -19,15 +19,18 @@ namespace jax_argreduce {
 // elements of `format` (1 <= cols <= INT32_MAX), on `stream` of `device` (the current device).
 // Indices are int64 when index_is_int64, else int32; when `values` is not null, values[r] is
 // the winning element (same format as x). `workspace`: kWorkspaceBytes of device memory, any
-// contents. Returns the first CUDA error (launch or configuration).
-cudaError_t LaunchArgReduce(cudaStream_t stream, int device, const PlanOptions& options,
-                            Format format, bool is_min, const void* x, int64_t rows,
-                            int64_t cols, void* indices, bool index_is_int64, void* values,
+// contents. `counter_slot`: the call site's split-path counter (launch_plan.h kCallSiteSlots;
+// launches that may run concurrently need distinct slots). Returns the first CUDA error
+// (launch or configuration).
+cudaError_t LaunchArgReduce(cudaStream_t stream, int device, uint32_t counter_slot,
+                            const PlanOptions& options, Format format, bool is_min,
+                            const void* x, int64_t rows, int64_t cols, void* indices, bool index_is_int64, void* values,
                             void* workspace, size_t workspace_bytes);
 
-// The plan LaunchArgReduce takes for that shape on `device` (tests and benchmarks).
+// The plan LaunchArgReduce takes for that shape on `device` (tests and benchmarks), launched
+// from the host or (`graph_captured`) captured into a CUDA graph.
 cudaError_t PlanArgReduce(int device, const PlanOptions& options, Format format, bool is_min,
-                          int64_t rows, int64_t cols, LaunchPlan* plan);
+                          int64_t rows, int64_t cols, bool graph_captured, LaunchPlan* plan);
 
 }  // namespace jax_argreduce
 

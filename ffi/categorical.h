@@ -81,6 +81,11 @@ struct GumbelKeyPolicy {
   static constexpr bool kBitsOnly = false;  // the key depends on the column
   static constexpr bool kIsMinOrder = false;
   using Bits = typename FormatTraits<F>::Bits;
+  // CUDA: vectors prepared ahead at once (4 Philox blocks: 16 registers), and a register cap
+  // of 128 per thread (2 resident 256-thread blocks per SM; a cap of 80 spilled and measured
+  // no faster, NOTES.md try 24), which also marks the policy compute-bound for the planner.
+  static constexpr int kPrepareChunk = sizeof(Bits) == 2 ? 2 : 4;
+  static constexpr int kMinBlocksPerSm = 2;
   static constexpr Format kNoiseFormat = F == Format::kF64 ? Format::kF64 : Format::kF32;
   using Noise = std::conditional_t<F == Format::kF64, double, float>;
   using Key = typename FormatTraits<kNoiseFormat>::Key;
@@ -105,6 +110,31 @@ struct GumbelKeyPolicy {
       return OrderedKey<kNoiseFormat, false>(gumbel_detail::AsBits(y));
     }
 
+    static constexpr uint32_t kPerBlock = F == Format::kF64 ? 2 : 4;  // columns per Philox call
+
+    // One element: logit bits and its 32 (float64: 64) noise bits, column `col`.
+    template <class NoiseBits>
+    JAX_ARGREDUCE_HD void VisitOne(Bits element, NoiseBits bits, int32_t col, Key& best,
+                                   int32_t& best_index) const {
+      using namespace gumbel_detail;
+      // ±inf logits stay ±inf whatever 1/T is (T = inf would make them NaN).
+      const Noise logit = categorical_detail::Widen<F>(element);
+      const Noise a = categorical_detail::IsInf(logit) ? logit : Mul(logit, inv_t);
+      Noise g;
+      if constexpr (F == Format::kF64) {
+        if (KeyOf(Add(a, GumbelUpperBoundF64(bits))) <= best) return;
+        g = GumbelFromBitsF64(bits);
+      } else {
+        if (KeyOf(Add(a, GumbelUpperBoundF32(bits))) <= best) return;
+        g = GumbelFromBitsF32(bits);
+      }
+      const Key key = KeyOf(Add(a, g));
+      if (key > best) {
+        best = key;
+        best_index = col;
+      }
+    }
+
     // Visits kN consecutive elements from column `first` in increasing column order, keeping
     // the running best (strict '>': the lowest column keeps a tie).
     template <int kN>
@@ -121,7 +151,6 @@ struct GumbelKeyPolicy {
         }
         return;
       }
-      constexpr uint32_t kPerBlock = F == Format::kF64 ? 2 : 4;  // columns per Philox call
       uint32_t block_index = 0xFFFFFFFFu;
       Philox4x32Block block{};
       for (int j = 0; j < kN; ++j) {
@@ -132,24 +161,50 @@ struct GumbelKeyPolicy {
                                     : GumbelBitsGroupF32(k0, k1, counter_row, block_index);
         }
         const uint32_t i = col % kPerBlock;
-        // ±inf logits stay ±inf whatever 1/T is (T = inf would make them NaN).
-        const Noise logit = categorical_detail::Widen<F>(elements[j]);
-        const Noise a = categorical_detail::IsInf(logit) ? logit : Mul(logit, inv_t);
-        Noise g;
         if constexpr (F == Format::kF64) {
-          const uint64_t bits = GumbelBitsF64(block, i);
-          if (KeyOf(Add(a, GumbelUpperBoundF64(bits))) <= best) continue;
-          g = GumbelFromBitsF64(bits);
+          VisitOne(elements[j], GumbelBitsF64(block, i), first + j, best, best_index);
         } else {
           const uint32_t bits = i == 0 ? block.v[0] : i == 1 ? block.v[1] : i == 2 ? block.v[2]
                                                                                  : block.v[3];
-          if (KeyOf(Add(a, GumbelUpperBoundF32(bits))) <= best) continue;
-          g = GumbelFromBitsF32(bits);
+          VisitOne(elements[j], bits, first + j, best, best_index);
         }
-        const Key key = KeyOf(Add(a, g));
-        if (key > best) {
-          best = key;
-          best_index = first + j;
+      }
+    }
+
+    // The vector scan's fast path (row_reduce.cuh), same results as Visit: when the row's
+    // vectors start on Philox block boundaries (uniform over a row: a vector holds whole
+    // blocks), the noise of several vectors is generated first (independent Philox chains the
+    // GPU overlaps) and then consumed with static word indices.
+    JAX_ARGREDUCE_HD bool CanPrepare(int32_t first) const {
+      return !greedy && (col_offset + static_cast<uint32_t>(first)) % kPerBlock == 0;
+    }
+    template <int kN>
+    struct Prepared {
+      static_assert(kN % kPerBlock == 0, "a vector holds whole Philox blocks");
+      Philox4x32Block block[kN / kPerBlock];
+    };
+    template <int kN>
+    JAX_ARGREDUCE_HD Prepared<kN> Prepare(int32_t first) const {  // CanPrepare(first)
+      Prepared<kN> p;
+      const uint32_t block0 = (col_offset + static_cast<uint32_t>(first)) / kPerBlock;
+      for (int b = 0; b < kN / static_cast<int>(kPerBlock); ++b) {
+        p.block[b] = F == Format::kF64
+                         ? GumbelBitsPairF64(k0, k1, counter_row, block0 + b)
+                         : GumbelBitsGroupF32(k0, k1, counter_row, block0 + b);
+      }
+      return p;
+    }
+    template <int kN>
+    JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first,
+                                        const Prepared<kN>& p, Key& best,
+                                        int32_t& best_index) const {
+      for (int j = 0; j < kN; ++j) {
+        const Philox4x32Block& block = p.block[j / kPerBlock];
+        if constexpr (F == Format::kF64) {
+          VisitOne(elements[j], GumbelBitsF64(block, j % kPerBlock), first + j, best,
+                   best_index);
+        } else {
+          VisitOne(elements[j], block.v[j % kPerBlock], first + j, best, best_index);
         }
       }
     }

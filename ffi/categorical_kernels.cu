@@ -7,8 +7,9 @@
 
 namespace jax_argreduce {
 
-cudaError_t LaunchCategorical(cudaStream_t stream, int device, const PlanOptions& options,
-                              Format format, const uint32_t* keys, int64_t num_keys,
+cudaError_t LaunchCategorical(cudaStream_t stream, int device, uint32_t counter_slot,
+                              const PlanOptions& options, Format format,
+                              const uint32_t* keys, int64_t num_keys,
                               const void* logits, int64_t rows, int64_t cols,
                               const void* temperature, bool temperature_per_row,
                               const int32_t* offsets, void* indices, bool index_is_int64,
@@ -21,7 +22,7 @@ cudaError_t LaunchCategorical(cudaStream_t stream, int device, const PlanOptions
     const Policy policy{keys, rows / num_keys,
                         static_cast<const typename Policy::Noise*>(temperature),
                         temperature_per_row, offsets};
-    return row_reduce::LaunchRowReduce(stream, device, options,
+    return row_reduce::LaunchRowReduce(stream, device, counter_slot, options,
                                        static_cast<const typename Policy::Bits*>(logits), rows,
                                        cols, policy, epilogue, workspace, workspace_bytes);
   });

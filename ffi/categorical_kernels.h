@@ -20,8 +20,9 @@ namespace jax_argreduce {
 // uint32 (rows = num_keys * rows_per_key); `temperature`: 1 or `rows` values of the noise's
 // type; `offsets`: two int32 in device memory, the (row, column) offsets of this block of the
 // global logits that enter the counter (categorical.h). `workspace`: kWorkspaceBytes.
-cudaError_t LaunchCategorical(cudaStream_t stream, int device, const PlanOptions& options,
-                              Format format, const uint32_t* keys, int64_t num_keys,
+cudaError_t LaunchCategorical(cudaStream_t stream, int device, uint32_t counter_slot,
+                              const PlanOptions& options, Format format,
+                              const uint32_t* keys, int64_t num_keys,
                               const void* logits, int64_t rows, int64_t cols,
                               const void* temperature, bool temperature_per_row,
                               const int32_t* offsets, void* indices, bool index_is_int64,

@@ -3,7 +3,16 @@
 // output of the custom call (kWorkspaceBytes, fixed at lowering time), not a run-time
 // allocation, so the handlers are safe to capture in XLA command buffers: every replay gets
 // the workspace XLA assigned. Nothing is kept in it between calls.
+//
+// Each call site (custom-call instance) gets, at XLA's instantiate stage, a slot: the index of
+// its split-path counter in the kernels' static per-device counter array (row_reduce.cuh). The
+// counter is zero at module load and the kernel leaves it zero, so nothing is allocated,
+// cleared or kept per call; distinct live call sites hold distinct slots (freed with the
+// executable), so call sites XLA runs concurrently never share a counter.
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -17,6 +26,53 @@ namespace jax_argreduce {
 namespace {
 
 namespace ffi = xla::ffi;
+
+// Slots of live call sites: the lowest free one is taken, released when XLA destroys the state
+// (the executable). Past kCallSiteSlots live call sites, slots are shared (safe unless two of
+// them run concurrently).
+class SlotAllocator {
+ public:
+  uint32_t Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t i = 0; i < used_.size(); ++i) {
+      const uint32_t slot = (next_ + i) % kCallSiteSlots;
+      if (!used_[slot]) {
+        used_[slot] = true;
+        next_ = slot + 1;
+        return slot;
+      }
+    }
+    return next_++ % kCallSiteSlots;
+  }
+  void Release(uint32_t slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_[slot % kCallSiteSlots] = false;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<bool> used_ = std::vector<bool>(kCallSiteSlots, false);
+  uint32_t next_ = 0;
+};
+
+SlotAllocator& Slots() {
+  static SlotAllocator* slots = new SlotAllocator();  // never destroyed: states may outlive exit
+  return *slots;
+}
+
+}  // namespace
+
+CallSiteState::CallSiteState() : slot(Slots().Take()) {}
+CallSiteState::~CallSiteState() { Slots().Release(slot); }
+ffi::TypeId CallSiteState::id = {};
+
+namespace {
+
+void DeleteCallSiteState(void* state) { delete static_cast<CallSiteState*>(state); }
+
+ffi::ErrorOr<std::unique_ptr<CallSiteState>> InstantiateCallSite() {
+  return std::make_unique<CallSiteState>();
+}
 
 ffi::Error CudaError(const std::string& op, cudaError_t err) {
   return ffi::Error::Internal(op + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
@@ -36,13 +92,13 @@ cudaError_t OnDevice(int device, Launch&& launch) {
   return result != cudaSuccess ? result : err;
 }
 
-ffi::Error ArgReduceRows(cudaStream_t stream, int device, const ffi::AnyBuffer& x,
+ffi::Error ArgReduceRows(cudaStream_t stream, int device, uint32_t slot, const ffi::AnyBuffer& x,
                          ffi::AnyBuffer& indices, ffi::AnyBuffer* values,
                          ffi::AnyBuffer& workspace, bool is_min, const std::string& op) {
   auto view = DecodeRows(x, indices, values, op);
   if (!view.has_value()) return view.error();
   const cudaError_t err = OnDevice(device, [&] {
-    return LaunchArgReduce(stream, device, CurrentPlanOptions(), view->format, is_min,
+    return LaunchArgReduce(stream, device, slot, CurrentPlanOptions(), view->format, is_min,
                            view->data, view->rows, view->cols, indices.untyped_data(),
                            indices.element_type() == ffi::DataType::S64,
                            values == nullptr ? nullptr : values->untyped_data(),
@@ -51,22 +107,23 @@ ffi::Error ArgReduceRows(cudaStream_t stream, int device, const ffi::AnyBuffer& 
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
-ffi::Error ArgReduceCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
-                             ffi::Result<ffi::AnyBuffer> indices,
+ffi::Error ArgReduceCudaImpl(cudaStream_t stream, int32_t device, CallSiteState* site,
+                             ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> indices,
                              ffi::Result<ffi::AnyBuffer> workspace, bool is_min) {
-  return ArgReduceRows(stream, device, x, *indices, nullptr, *workspace, is_min,
+  return ArgReduceRows(stream, device, site->slot, x, *indices, nullptr, *workspace, is_min,
                        "jax_argreduce argreduce (cuda)");
 }
 
-ffi::Error MaxWithIndexCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
-                                ffi::Result<ffi::AnyBuffer> values,
+ffi::Error MaxWithIndexCudaImpl(cudaStream_t stream, int32_t device, CallSiteState* site,
+                                ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
                                 ffi::Result<ffi::AnyBuffer> indices,
                                 ffi::Result<ffi::AnyBuffer> workspace, bool is_min) {
-  return ArgReduceRows(stream, device, x, *indices, &*values, *workspace, is_min,
+  return ArgReduceRows(stream, device, site->slot, x, *indices, &*values, *workspace, is_min,
                        "jax_argreduce max_with_index (cuda)");
 }
 
-ffi::Error CategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer keys,
+ffi::Error CategoricalCudaImpl(cudaStream_t stream, int32_t device, CallSiteState* site,
+                               ffi::AnyBuffer keys,
                                ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
                                ffi::AnyBuffer offsets, ffi::Result<ffi::AnyBuffer> noisy_max,
                                ffi::Result<ffi::AnyBuffer> indices,
@@ -78,7 +135,7 @@ ffi::Error CategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuff
   if (!sampler.has_value()) return sampler.error();
   const cudaError_t err = OnDevice(device, [&] {
     return LaunchCategorical(
-        stream, device, CurrentPlanOptions(), view->format,
+        stream, device, site->slot, CurrentPlanOptions(), view->format,
         static_cast<const uint32_t*>(keys.untyped_data()), sampler->num_keys, view->data,
         view->rows, view->cols, temperature.untyped_data(), sampler->temperature_per_row,
         static_cast<const int32_t*>(offsets.untyped_data()), indices->untyped_data(),
@@ -90,10 +147,17 @@ ffi::Error CategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuff
 
 }  // namespace
 
+const XLA_FFI_TypeInfo kCallSiteStateTypeInfo = {XLA_FFI_TypeInfo_STRUCT_SIZE, nullptr,
+                                                  DeleteCallSiteState};
+
+// Every CUDA handler's instantiate stage (no attributes bound: XLA then passes any).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(InstantiateCuda, InstantiateCallSite, ffi::Ffi::BindInstantiate());
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ArgReduceCuda, ArgReduceCudaImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
                                   .Ctx<ffi::DeviceOrdinal>()  // the stream's device
+                                  .Ctx<ffi::State<CallSiteState>>()  // the counter slot
                                   .Arg<ffi::AnyBuffer>()      // x: [..., cols] float array
                                   .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
                                   .Ret<ffi::AnyBuffer>()      // workspace: uint8 bytes
@@ -104,6 +168,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MaxWithIndexCuda, MaxWithIndexCudaImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
                                   .Ctx<ffi::DeviceOrdinal>()  // the stream's device
+                                  .Ctx<ffi::State<CallSiteState>>()  // the counter slot
                                   .Arg<ffi::AnyBuffer>()      // x: [..., cols] float array
                                   .Ret<ffi::AnyBuffer>()      // values: [...] x's dtype
                                   .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
@@ -115,6 +180,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(CategoricalCuda, CategoricalCudaImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
                                   .Ctx<ffi::DeviceOrdinal>()  // the stream's device
+                                  .Ctx<ffi::State<CallSiteState>>()  // the counter slot
                                   .Arg<ffi::AnyBuffer>()      // keys: [num_keys, 2] uint32
                                   .Arg<ffi::AnyBuffer>()      // logits: [..., cols] floats
                                   .Arg<ffi::AnyBuffer>()      // temperature: [1] or [rows]

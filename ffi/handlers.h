@@ -3,6 +3,8 @@
 #ifndef JAX_ARGREDUCE_FFI_HANDLERS_H_
 #define JAX_ARGREDUCE_FFI_HANDLERS_H_
 
+#include <cstdint>
+
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_argreduce {
@@ -13,6 +15,19 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCpu);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
+// Per call site, from XLA's instantiate stage (InstantiateCuda) to the executable's end: the
+// split path's counter slot (cuda_handlers.cc). Registered with XLA as an FFI type (id, and
+// kCallSiteStateTypeInfo's deleter) before the handlers.
+struct CallSiteState {
+  static xla::ffi::TypeId id;
+  CallSiteState();
+  ~CallSiteState();
+  CallSiteState(const CallSiteState&) = delete;
+  CallSiteState& operator=(const CallSiteState&) = delete;
+  const uint32_t slot;
+};
+extern const XLA_FFI_TypeInfo kCallSiteStateTypeInfo;
+XLA_FFI_DECLARE_HANDLER_SYMBOL(InstantiateCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCuda);

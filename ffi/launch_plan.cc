@@ -11,8 +11,11 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// PlanOptions packed in one word: bit 0 pdl.
-std::atomic<unsigned> g_options{PlanOptions().pdl ? 1u : 0u};
+// PlanOptions packed in one word: bit 0 pdl, bits 1-2 the merge mode.
+unsigned Pack(const PlanOptions& options) {
+  return (options.pdl ? 1u : 0u) | (static_cast<unsigned>(options.merge) << 1);
+}
+std::atomic<unsigned> g_options{Pack(PlanOptions())};
 
 }  // namespace
 
@@ -20,11 +23,21 @@ PlanOptions CurrentPlanOptions() {
   const unsigned bits = g_options.load(std::memory_order_relaxed);
   PlanOptions options;
   options.pdl = (bits & 1u) != 0;
+  options.merge = static_cast<MergeMode>((bits >> 1) & 3u);
   return options;
 }
 
 void SetPlanOptions(const PlanOptions& options) {
-  g_options.store(options.pdl ? 1u : 0u, std::memory_order_relaxed);
+  g_options.store(Pack(options), std::memory_order_relaxed);
+}
+
+const char* MergeModeName(MergeMode mode) {
+  switch (mode) {
+    case MergeMode::kAuto: return "auto";
+    case MergeMode::kKernel: return "kernel";
+    case MergeMode::kLastBlock: return "last_block";
+  }
+  return "?";
 }
 
 const char* PathName(Path path) {
@@ -37,7 +50,8 @@ const char* PathName(Path path) {
 }
 
 LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int elem_bytes,
-                         int key_bytes, const PlanOptions& options) {
+                         int key_bytes, const PlanOptions& options, bool compute_bound,
+                         bool graph_captured) {
   LaunchPlan plan;
   plan.vector_elements = 16 / elem_bytes;
   plan.pdl = options.pdl && caps.cc_major >= 9;
@@ -65,8 +79,8 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
   if (rows <= sms) {
     // Split path: enough blocks that one load round covers the row, no more than one wave of
     // the split kernel holds, and within the workspace.
-    const int64_t per_block_round = static_cast<int64_t>(kBlockThreads) * kInFlight *
-                                    plan.vector_elements;
+    const int64_t per_block_round = static_cast<int64_t>(kBlockThreads) *
+                                    (compute_bound ? 1 : kInFlight) * plan.vector_elements;
     const int64_t split_capacity = sms * std::max(caps.split_blocks_per_sm, 1);
     const int64_t parts = std::min({CeilDiv(cols, per_block_round),
                                     std::max<int64_t>(1, split_capacity / rows),
@@ -75,7 +89,11 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
       plan.path = Path::kSplit;
       plan.parts = static_cast<int>(parts);
       plan.grid = rows * parts;
-      plan.merge_grid = CeilDiv(rows, kBlockThreads / kWarpSize);
+      plan.last_block_merges =
+          options.merge == MergeMode::kLastBlock ||
+          (options.merge == MergeMode::kAuto && !graph_captured && rows <= kLastBlockMergeMaxRows);
+      plan.merge_grid =
+          plan.last_block_merges ? 0 : CeilDiv(rows, kBlockThreads / kWarpSize);
       plan.row_step = parts * per_block_round;
       plan.workspace_bytes = static_cast<size_t>(rows * parts) * (key_bytes == 8 ? 16 : 8);
       return plan;
@@ -84,7 +102,8 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
 
   plan.path = Path::kBlock;
   plan.grid = std::min(rows, sms * std::max(caps.block_blocks_per_sm, 1));
-  plan.row_step = static_cast<int64_t>(kBlockThreads) * kBlockInFlight * plan.vector_elements;
+  plan.row_step = static_cast<int64_t>(kBlockThreads) *
+                  (compute_bound ? kInFlight : kBlockInFlight) * plan.vector_elements;
   return plan;
 }
 

@@ -7,10 +7,17 @@
 //             warps loop over rows. Narrow and medium rows, many rows.
 //   kBlock:   one block of kBlockThreads per row; blocks loop over rows. Many wide rows.
 //   kSplit:   few wide rows: `parts` blocks per row, one load round each over the whole GPU,
-//             each block's best pair stored in the workspace, then a merge kernel (one warp
-//             per row) applies the epilogue. With `pdl` both kernels use programmatic
-//             dependent launch (sm_90+): the scan overlaps its producer's tail and the merge
-//             kernel is resident before the scan ends.
+//             each block's best pair stored in the workspace, then merged, one warp per row,
+//             by a second kernel or by the scan's last block (`last_block_merges`: a
+//             self-resetting per-call-site counter, one kernel). With `pdl` the kernels use
+//             programmatic dependent launch (sm_90+): the scan overlaps its producer's tail
+//             and the merge kernel is resident before the scan ends.
+//             Which merge (MergeMode::kAuto): inside a CUDA graph (XLA command buffers, where
+//             a jitted program's kernels run back to back) the merge kernel, which measured
+//             faster in-chain; launched one by one from the host (a program of one op, eager
+//             calls) the last block, which saves the host's launch gap between two kernels
+//             (NOTES.md tries 22-23), up to kLastBlockMergeMaxRows rows (the last block
+//             merges its rows a few per warp).
 #ifndef JAX_ARGREDUCE_FFI_LAUNCH_PLAN_H_
 #define JAX_ARGREDUCE_FFI_LAUNCH_PLAN_H_
 
@@ -38,6 +45,10 @@ inline constexpr int64_t kMaxSplitPartials = 16384;
 // 16 bytes) per block of kMaxSplitPartials, +16 to align by hand. A constant, so the lowering
 // needs no GPU and an exported program runs on any GPU.
 inline constexpr size_t kWorkspaceBytes = kMaxSplitPartials * 16 + 16;
+// Split-path counters per device (a static device array, zero at module load, zero again
+// after every launch): one per call site that may run concurrently with another.
+inline constexpr uint32_t kCallSiteSlots = 4096;
+inline constexpr int64_t kLastBlockMergeMaxRows = 16;
 
 enum class Path : int { kTeam = 0, kBlock = 1, kSplit = 2 };
 const char* PathName(Path path);
@@ -53,8 +64,13 @@ struct DeviceCaps {
 
 // Choices the benchmarks and tests flip (process-wide, module.cc's debug entry); the defaults
 // are the measured winners (benchmarks/NOTES.md).
+// How the split path merges its partials (see kSplit above).
+enum class MergeMode : int { kAuto = 0, kKernel = 1, kLastBlock = 2 };
+const char* MergeModeName(MergeMode mode);
+
 struct PlanOptions {
-  bool pdl = true;  // programmatic dependent launch on sm_90+
+  bool pdl = true;                   // programmatic dependent launch on sm_90+
+  MergeMode merge = MergeMode::kAuto;
 };
 
 // Process-wide options every launch uses: the defaults above unless the module's debug entry
@@ -68,7 +84,8 @@ struct LaunchPlan {
   int parts = 1;               // blocks per row (kSplit)
   int64_t grid = 0;            // blocks of the (scan) kernel
   int block = kBlockThreads;   // threads per block
-  int64_t merge_grid = 0;      // blocks of the merge kernel (kSplit)
+  int64_t merge_grid = 0;      // blocks of the merge kernel (kSplit, not last_block_merges)
+  bool last_block_merges = false;  // kSplit: the last block merges (one kernel)
   bool pdl = false;
   int vector_elements = 0;     // elements per 16-byte load
   int64_t row_step = 0;        // elements one pass of the scan loop covers in a row
@@ -76,9 +93,13 @@ struct LaunchPlan {
 };
 
 // Plan for `rows` x `cols` (1 <= cols <= INT32_MAX, rows >= 1) elements of `elem_bytes` bytes
-// whose keys are `key_bytes` wide (4 or 8).
+// whose keys are `key_bytes` wide (4 or 8). `compute_bound`: the key policy costs far more than
+// its loads (the sampler's noise): the split path then gives each thread one vector, i.e.
+// kInFlight times more blocks per row, within one wave. `graph_captured`: the launch is being
+// captured into a CUDA graph (MergeMode::kAuto).
 LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int elem_bytes,
-                         int key_bytes, const PlanOptions& options);
+                         int key_bytes, const PlanOptions& options, bool compute_bound = false,
+                         bool graph_captured = false);
 
 }  // namespace jax_argreduce
 

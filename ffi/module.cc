@@ -20,8 +20,7 @@ namespace nb = nanobind;
 namespace jax_argreduce {
 namespace {
 
-template <typename T>
-nb::capsule EncapsulateFfiHandler(T* fn) {
+nb::capsule EncapsulateFfiHandler(XLA_FFI_Handler* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
 }
 
@@ -33,6 +32,7 @@ nb::dict PlanToDict(const LaunchPlan& plan) {
   d["grid"] = plan.grid;
   d["block"] = plan.block;
   d["merge_grid"] = plan.merge_grid;
+  d["last_block_merges"] = plan.last_block_merges;
   d["pdl"] = plan.pdl;
   d["vector_elements"] = plan.vector_elements;
   d["row_step"] = plan.row_step;
@@ -40,10 +40,27 @@ nb::dict PlanToDict(const LaunchPlan& plan) {
   return d;
 }
 
-PlanOptions OptionsFrom(nb::object pdl) {
+MergeMode MergeModeFromName(const std::string& name) {
+  for (MergeMode mode : {MergeMode::kAuto, MergeMode::kKernel, MergeMode::kLastBlock}) {
+    if (name == MergeModeName(mode)) return mode;
+  }
+  throw std::invalid_argument("merge must be 'auto', 'kernel' or 'last_block', got '" + name +
+                              "'");
+}
+
+// Options in force, with those given (not None) replaced.
+PlanOptions OptionsFrom(nb::object pdl, nb::object merge) {
   PlanOptions options = CurrentPlanOptions();
   if (!pdl.is_none()) options.pdl = nb::cast<bool>(pdl);
+  if (!merge.is_none()) options.merge = MergeModeFromName(nb::cast<std::string>(merge));
   return options;
+}
+
+nb::dict OptionsToDict(const PlanOptions& options) {
+  nb::dict d;
+  d["pdl"] = options.pdl;
+  d["merge"] = MergeModeName(options.merge);
+  return d;
 }
 
 #ifdef JAX_ARGREDUCE_WITH_CUDA
@@ -62,22 +79,39 @@ Format FormatFromName(const std::string& name) {
 NB_MODULE(_argreduce, m) {
   using namespace jax_argreduce;
   m.def("registrations", []() {
-    nb::list targets;  // (op, platform, target name, handler capsule)
-    auto add = [&](const char* op, const char* platform, auto* handler) {
-      targets.append(nb::make_tuple(op, platform,
-                                    std::string("jax_argreduce_") + op + "_" + platform,
-                                    EncapsulateFfiHandler(handler)));
+    // (op, platform, target name, {stage: handler capsule})
+    nb::list targets;
+    auto add = [&](const char* op, const char* platform, XLA_FFI_Handler* execute,
+                   XLA_FFI_Handler* instantiate) {
+      nb::dict stages;
+      stages["execute"] = EncapsulateFfiHandler(execute);
+      if (instantiate != nullptr) stages["instantiate"] = EncapsulateFfiHandler(instantiate);
+      targets.append(nb::make_tuple(
+          op, platform, std::string("jax_argreduce_") + op + "_" + platform, stages));
     };
-    add("argreduce", "cpu", ArgReduceCpu);
-    add("max_with_index", "cpu", MaxWithIndexCpu);
-    add("categorical", "cpu", CategoricalCpu);
+    add("argreduce", "cpu", ArgReduceCpu, nullptr);
+    add("max_with_index", "cpu", MaxWithIndexCpu, nullptr);
+    add("categorical", "cpu", CategoricalCpu, nullptr);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
-    add("argreduce", "cuda", ArgReduceCuda);
-    add("max_with_index", "cuda", MaxWithIndexCuda);
-    add("categorical", "cuda", CategoricalCuda);
+    add("argreduce", "cuda", ArgReduceCuda, InstantiateCuda);
+    add("max_with_index", "cuda", MaxWithIndexCuda, InstantiateCuda);
+    add("categorical", "cuda", CategoricalCuda, InstantiateCuda);
 #endif
     return targets;
-  }, "FFI targets: [(op, platform, target name, handler capsule)].");
+  }, "FFI targets: [(op, platform, target name, {stage: handler capsule})].");
+  m.def("types", []() {
+    // (platform, type name, {"type_id": capsule, "type_info": capsule}): FFI state types,
+    // registered before the handlers that use them.
+    nb::list types;
+#ifdef JAX_ARGREDUCE_WITH_CUDA
+    nb::dict registration;
+    registration["type_id"] = nb::capsule(reinterpret_cast<void*>(&CallSiteState::id));
+    registration["type_info"] = nb::capsule(
+        const_cast<void*>(reinterpret_cast<const void*>(&kCallSiteStateTypeInfo)));
+    types.append(nb::make_tuple("cuda", "jax_argreduce_call_site", registration));
+#endif
+    return types;
+  }, "FFI state types: [(platform, type name, registration dict)].");
 #ifdef JAX_ARGREDUCE_WITH_CUDA
   m.attr("has_cuda") = true;
 #else
@@ -89,7 +123,8 @@ NB_MODULE(_argreduce, m) {
   nb::module_ debug = m.def_submodule("debug", "Launch planning, for tests and benchmarks.");
   debug.def("plan", [](int64_t rows, int64_t cols, int elem_bytes, int key_bytes, int sms,
                        int cc_major, int team_blocks_per_sm, int block_blocks_per_sm,
-                       int split_blocks_per_sm, nb::object pdl) {
+                       int split_blocks_per_sm, nb::object pdl, nb::object merge,
+                       bool compute_bound, bool graph_captured) {
     if (rows < 1 || cols < 1 || cols > INT32_MAX) throw std::invalid_argument("bad shape");
     DeviceCaps caps;
     caps.sms = sms;
@@ -98,34 +133,32 @@ NB_MODULE(_argreduce, m) {
     caps.block_blocks_per_sm = block_blocks_per_sm;
     caps.split_blocks_per_sm = split_blocks_per_sm;
     return PlanToDict(PlanRowReduce(caps, rows, cols, elem_bytes, key_bytes,
-                                    OptionsFrom(pdl)));
+                                    OptionsFrom(pdl, merge), compute_bound, graph_captured));
   }, nb::arg("rows"), nb::arg("cols"), nb::arg("elem_bytes"), nb::arg("key_bytes"),
      nb::arg("sms"), nb::arg("cc_major"), nb::arg("team_blocks_per_sm"),
      nb::arg("block_blocks_per_sm"), nb::arg("split_blocks_per_sm"),
-     nb::arg("pdl") = nb::none(),
+     nb::arg("pdl") = nb::none(), nb::arg("merge") = nb::none(),
+     nb::arg("compute_bound") = false, nb::arg("graph_captured") = false,
      "The pure planner on made-up device capabilities.");
-  debug.def("set_plan_options", [](nb::object pdl) {
-    SetPlanOptions(OptionsFrom(pdl));
-  }, nb::arg("pdl") = nb::none(),
+  debug.def("set_plan_options", [](nb::object pdl, nb::object merge) {
+    SetPlanOptions(OptionsFrom(pdl, merge));
+  }, nb::arg("pdl") = nb::none(), nb::arg("merge") = nb::none(),
      "Process-wide plan options, taking effect at the next CUDA handler call.");
-  debug.def("plan_options", []() {
-    const PlanOptions options = CurrentPlanOptions();
-    nb::dict d;
-    d["pdl"] = options.pdl;
-    return d;
-  });
+  debug.def("plan_options", []() { return OptionsToDict(CurrentPlanOptions()); });
 #ifdef JAX_ARGREDUCE_WITH_CUDA
   debug.def("device_plan", [](int64_t rows, int64_t cols, const std::string& dtype, bool is_min,
-                              int device) {
+                              int device, bool graph_captured) {
     LaunchPlan plan;
     cudaError_t err = cudaSetDevice(device);
     if (err == cudaSuccess) {
       err = PlanArgReduce(device, CurrentPlanOptions(), FormatFromName(dtype), is_min, rows,
-                          cols, &plan);
+                          cols, graph_captured, &plan);
     }
     if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + cudaGetErrorString(err));
     return PlanToDict(plan);
   }, nb::arg("rows"), nb::arg("cols"), nb::arg("dtype"), nb::arg("is_min") = false,
-     nb::arg("device") = 0, "The plan the CUDA handler takes on that device.");
+     nb::arg("device") = 0, nb::arg("graph_captured") = false,
+     "The plan the CUDA handler takes on that device, launched from the host or captured "
+     "into a CUDA graph.");
 #endif
 }

@@ -7,10 +7,15 @@
 //   static constexpr bool kBitsOnly;  // key depends on the element's bits alone
 //   Row ForRow(int64_t row) const;     // per-row state (e.g. a sampler's key and temperature)
 //   Row::operator()(Bits bits, int32_t col) -> Key   // col: position in the row
+//   static constexpr int kMinBlocksPerSm;  // CUDA launch bounds: resident 256-thread blocks
+//                                          // (> 1: a compute-bound policy, launch_plan.h)
 // and, when not kBitsOnly,
 //   Row::Visit<kN>(const Bits* elements, int32_t first_col, Key& best, int32_t& best_index)
 // which folds kN consecutive elements into a running best in column order (so a policy can
-// share work between columns, or skip elements that cannot win).
+// share work between columns, or skip elements that cannot win), and, for the CUDA vector
+// scan, the same split in two steps: CanPrepare(first_col) (uniform over a row),
+// Prepared<kN> Prepare<kN>(first_col) (the column-dependent work, computed ahead for
+// kPrepareChunk vectors) and VisitPrepared<kN>(elements, first_col, prepared, best, best_index).
 // Only kBitsOnly policies may take the vector shortcut (the best key of a 16-byte vector from a
 // NaN-propagating max over the elements' values, then its position found again by key): a
 // policy whose key depends on the column (the Gumbel-perturbed key of a sampler) cannot.
@@ -32,6 +37,7 @@ struct OrderKeyPolicy {
   static constexpr Format kFormat = F;
   static constexpr bool kBitsOnly = true;
   static constexpr bool kIsMinOrder = kIsMin;  // which NaN-propagating vector max to take
+  static constexpr int kMinBlocksPerSm = 1;    // CUDA: no register cap (launch bounds)
   using Bits = typename FormatTraits<F>::Bits;
   using Key = typename FormatTraits<F>::Key;
 

@@ -3,15 +3,15 @@
 // files (argreduce_kernels.cu, ...) instantiate it and export raw-pointer launchers.
 //
 // Device code is a small algebra over ArgPair (order.h): thread (ScanRow) -> team of lanes or
-// warp (shuffles) -> block (shared memory) -> row (split path: partials in the workspace, a
-// merge kernel). Because the combine step is a total
+// warp (shuffles) -> block (shared memory) -> row (split path: partials in the workspace, merged
+// by the last block). Because the combine step is a total
 // order on (key, index), every reduction order gives the same answer, so the result does not
 // depend on the launch geometry (launch_plan.h).
 //
 // Programmatic dependent launch (sm_90+): every kernel may be launched before the kernel ahead
 // of it in the stream has finished (the producer of our input, or our own split-scan kernel),
 // so each one waits (griddepcontrol.wait) before its first global memory access, and reads its
-// input with ordinary coherent loads (ld.global.cg, never the non-coherent .nc path).
+// input with plain coherent loads (ld.global, never the non-coherent .nc path).
 //
 // Overflow: a row has at most INT32_MAX columns. Positions inside a row are 32-bit and the
 // scan is written with differences (`remaining = n - v`, offsets formed only once checked to
@@ -248,7 +248,13 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     }
   } else {
     // The key depends on the column: the policy visits a vector's elements together (e.g. one
-    // generator call for several columns), updating this thread's running best.
+    // generator call for several columns), updating this thread's running best. Where the
+    // policy can prepare the column-dependent work of a vector ahead (CanPrepare: uniform over
+    // a row), it does so for kChunk vectors at once, then visits them: independent work the
+    // GPU overlaps (e.g. the sampler's Philox chains), kChunk bounding the registers held.
+    static_assert(kLoads % Policy::kPrepareChunk == 0 || kLoads < Policy::kPrepareChunk);
+    constexpr int kChunk = kLoads < Policy::kPrepareChunk ? kLoads : Policy::kPrepareChunk;
+    const bool prepare = key_of.CanPrepare(head);
     for (int32_t v = tid; v < num_vecs;) {
       const int32_t remaining = num_vecs - v;  // >= 1
       Vec buf[kLoads];
@@ -256,11 +262,33 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
       for (int u = 0; u < kLoads; ++u) {
         if (u * nthreads < remaining) buf[u] = LoadVec(vecs + v + u * nthreads);
       }
+      if (prepare) {
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        if (u * nthreads < remaining) {
-          key_of.template Visit<kVec>(reinterpret_cast<const Bits*>(&buf[u]),
-                                      head + (v + u * nthreads) * kVec, best, best_index);
+        for (int u0 = 0; u0 < kLoads; u0 += kChunk) {
+          typename Policy::Row::template Prepared<kVec> prepared[kChunk];
+#pragma unroll
+          for (int u = u0; u < u0 + kChunk; ++u) {
+            if (u * nthreads < remaining) {
+              prepared[u - u0] =
+                  key_of.template Prepare<kVec>(head + (v + u * nthreads) * kVec);
+            }
+          }
+#pragma unroll
+          for (int u = u0; u < u0 + kChunk; ++u) {
+            if (u * nthreads < remaining) {
+              key_of.template VisitPrepared<kVec>(reinterpret_cast<const Bits*>(&buf[u]),
+                                                  head + (v + u * nthreads) * kVec,
+                                                  prepared[u - u0], best, best_index);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          if (u * nthreads < remaining) {
+            key_of.template Visit<kVec>(reinterpret_cast<const Bits*>(&buf[u]),
+                                        head + (v + u * nthreads) * kVec, best, best_index);
+          }
         }
       }
       if (remaining <= kLoads * nthreads) break;
@@ -278,7 +306,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
 // Kernels. Each takes the policy and the epilogue by value (kernel parameters).
 
 template <class Policy, class Epilogue, int kTeam>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
     TeamKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, Policy policy,
                Epilogue epilogue) {
   using Pair = ArgPair<typename Policy::Key>;
@@ -304,47 +332,54 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // One block per row; blocks loop over rows.
 template <class Policy, class Epilogue>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
     BlockKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, Policy policy,
                 Epilogue epilogue) {
+  // A compute-bound policy (launch bounds > 1 block per SM) holds fewer loads in flight.
+  constexpr int kLoads = Policy::kMinBlocksPerSm > 1 ? kInFlight : kBlockInFlight;
   GridDependencyWait();
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    auto p = ScanRow<Policy, kBlockInFlight>(x + row * cols, cols, threadIdx.x, kBlockThreads,
+    auto p = ScanRow<Policy, kLoads>(x + row * cols, cols, threadIdx.x, kBlockThreads,
                                              policy.ForRow(row));
     p = BlockReduce<kBlockThreads>(p);
     if (threadIdx.x == 0) epilogue(row, p, x + row * cols);
   }
 }
 
-// Split path, first kernel: block b is part b % parts of row b / parts (the launch has exactly
-// rows * parts blocks); its best pair goes to partials[b]. Lets the merge kernel launch at once.
-template <class Policy>
-__global__ void __launch_bounds__(kBlockThreads)
-    SplitScanKernel(const typename Policy::Bits* x, int32_t cols, int32_t parts, Policy policy,
-                    ArgPair<typename Policy::Key>* partials) {
-  TriggerDependents();  // the merge kernel may become resident now (it waits for our end)
-  GridDependencyWait();
-  const int64_t row = blockIdx.x / parts;
-  const int32_t part = static_cast<int32_t>(blockIdx.x % parts);
-  auto p = ScanRow<Policy, kInFlight, true>(x + row * cols, cols,
-                                            part * kBlockThreads + threadIdx.x,
-                                            parts * kBlockThreads, policy.ForRow(row));
-  p = BlockReduce<kBlockThreads>(p);
-  if (threadIdx.x == 0) partials[blockIdx.x] = p;
+// Split path. Block b scans part b % parts of row b / parts (the launch has exactly rows * parts
+// blocks) and stores its best pair in partials[b] (XLA's workspace). Then the row's winner is
+// merged from the partials by one warp per row, either
+//  - kLastBlockMerges: in the same kernel, by the block that finishes last. Each block's thread 0
+//    stores its partial and increments the call site's counter with one acq_rel atomic (release:
+//    the partial is visible before the count; acquire, for the last block: every partial is);
+//    atom.inc wraps to 0 at the last block, so the counter is zero again when the kernel ends,
+//    ready for the next launch from that call site without a memset (launch_plan.h,
+//    kCallSiteSlots); or
+//  - a second kernel (SplitMergeKernel) launched behind this one.
+// Lets our consumer launch at once (it waits for our end in its own griddepcontrol.wait).
+// One counter per call site (an FFI instantiate-stage slot, cuda_handlers.cc) on each device:
+// launches from one call site are ordered (one stream; a PDL launch touches the counter only
+// after griddepcontrol.wait, i.e. after the previous launch has completed).
+static __device__ unsigned int g_split_counters[kCallSiteSlots];
+
+__device__ __forceinline__ unsigned int AtomicIncAcqRel(unsigned int* counter, unsigned int limit) {
+  unsigned int old;
+  asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+               : "=r"(old)
+               : "l"(counter), "r"(limit)
+               : "memory");
+  return old;
 }
 
-// Split path, second kernel: one warp per row merges the row's partials and runs the epilogue.
-// griddepcontrol.wait returns once the scan kernel has completed and its writes are visible.
+// One whole warp merges the partials of `row` and runs the epilogue. The partials were written
+// by other blocks: read through L2 (ld.global.cg), never from a possibly stale L1 line.
 template <class Policy, class Epilogue>
-__global__ void __launch_bounds__(kBlockThreads)
-    SplitMergeKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, int32_t parts,
-                     const ArgPair<typename Policy::Key>* partials, Epilogue epilogue) {
+__device__ __forceinline__ void MergeRow(const typename Policy::Bits* x, int64_t row,
+                                         int32_t cols, int32_t parts,
+                                         const ArgPair<typename Policy::Key>* partials,
+                                         const Epilogue& epilogue) {
   using Pair = ArgPair<typename Policy::Key>;
-  GridDependencyWait();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t row =
-      (static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x) / kWarpSize;
-  if (row >= rows) return;  // whole warps leave together
   Pair q = Pair::Identity();
   for (int32_t i = lane; i < parts; i += kWarpSize) {
     const Pair* src = partials + row * parts + i;
@@ -352,6 +387,49 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   q = WarpReduce<kWarpSize>(q);
   if (lane == 0) epilogue(row, q, x + row * cols);
+}
+
+template <class Policy, class Epilogue, bool kLastBlockMerges>
+__global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
+    SplitScanKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, int32_t parts,
+                    Policy policy, ArgPair<typename Policy::Key>* partials, Epilogue epilogue,
+                    uint32_t counter_slot) {
+  TriggerDependents();
+  GridDependencyWait();
+  const int64_t row = blockIdx.x / parts;
+  const int32_t part = static_cast<int32_t>(blockIdx.x % parts);
+  auto p = ScanRow<Policy, kInFlight, true>(x + row * cols, cols,
+                                            part * kBlockThreads + threadIdx.x,
+                                            parts * kBlockThreads, policy.ForRow(row));
+  p = BlockReduce<kBlockThreads>(p);
+  if constexpr (!kLastBlockMerges) {
+    if (threadIdx.x == 0) partials[blockIdx.x] = p;
+  } else {
+    __shared__ bool is_last;
+    if (threadIdx.x == 0) {
+      partials[blockIdx.x] = p;
+      is_last = AtomicIncAcqRel(&g_split_counters[counter_slot], gridDim.x - 1) ==
+                gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    for (int64_t r = threadIdx.x / kWarpSize; r < rows; r += kBlockThreads / kWarpSize) {
+      MergeRow<Policy>(x, r, cols, parts, partials, epilogue);
+    }
+  }
+}
+
+// The split path's second kernel (kLastBlockMerges false): one warp per row.
+// griddepcontrol.wait returns once the scan kernel has completed and its writes are visible.
+template <class Policy, class Epilogue>
+__global__ void __launch_bounds__(kBlockThreads)
+    SplitMergeKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, int32_t parts,
+                     const ArgPair<typename Policy::Key>* partials, Epilogue epilogue) {
+  GridDependencyWait();
+  const int64_t row =
+      (static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x) / kWarpSize;
+  if (row >= rows) return;  // whole warps leave together
+  MergeRow<Policy>(x, row, cols, parts, partials, epilogue);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,8 +467,9 @@ cudaError_t GetDeviceCaps(int device, DeviceCaps* caps) {
                         kBlockThreads, &c.block_blocks_per_sm);
     }
     if (err == cudaSuccess) {
-      err = BlocksPerSm(reinterpret_cast<const void*>(&SplitScanKernel<Policy>), kBlockThreads,
-                        &c.split_blocks_per_sm);
+      err = BlocksPerSm(
+          reinterpret_cast<const void*>(&SplitScanKernel<Policy, Epilogue, true>),
+          kBlockThreads, &c.split_blocks_per_sm);
     }
     if (err != cudaSuccess) return err;
     it = cache.emplace(device, c).first;
@@ -401,12 +480,13 @@ cudaError_t GetDeviceCaps(int device, DeviceCaps* caps) {
 
 template <class Policy, class Epilogue>
 cudaError_t PlanRowReduceOn(int device, int64_t rows, int64_t cols, const PlanOptions& options,
-                            LaunchPlan* plan) {
+                            bool graph_captured, LaunchPlan* plan) {
   DeviceCaps caps;
   const cudaError_t err = GetDeviceCaps<Policy, Epilogue>(device, &caps);
   if (err != cudaSuccess) return err;
   *plan = PlanRowReduce(caps, rows, cols, sizeof(typename Policy::Bits),
-                        sizeof(typename Policy::Key), options);
+                        sizeof(typename Policy::Key), options, Policy::kMinBlocksPerSm > 1,
+                        graph_captured);
   return cudaSuccess;
 }
 
@@ -431,7 +511,8 @@ cudaError_t LaunchEx(void (*kernel)(Params...), int64_t grid, int block, cudaStr
 template <class Policy, class Epilogue>
 cudaError_t LaunchPlanned(const LaunchPlan& plan, cudaStream_t stream,
                           const typename Policy::Bits* x, int64_t rows, int32_t cols,
-                          const Policy& policy, const Epilogue& epilogue, void* workspace) {
+                          const Policy& policy, const Epilogue& epilogue, void* workspace,
+                          uint32_t counter_slot) {
   using Pair = ArgPair<typename Policy::Key>;
   cudaError_t err = cudaSuccess;
   switch (plan.path) {
@@ -459,8 +540,15 @@ cudaError_t LaunchPlanned(const LaunchPlan& plan, cudaStream_t stream,
       break;
     case Path::kSplit: {
       Pair* partials = static_cast<Pair*>(workspace);
-      err = LaunchEx(SplitScanKernel<Policy>, plan.grid, plan.block, stream, plan.pdl, x, cols,
-                     plan.parts, policy, partials);
+      if (plan.last_block_merges) {
+        err = LaunchEx(SplitScanKernel<Policy, Epilogue, true>, plan.grid, plan.block, stream,
+                       plan.pdl, x, rows, cols, plan.parts, policy, partials, epilogue,
+                       counter_slot % kCallSiteSlots);
+        break;
+      }
+      err = LaunchEx(SplitScanKernel<Policy, Epilogue, false>, plan.grid, plan.block, stream,
+                     plan.pdl, x, rows, cols, plan.parts, policy, partials, epilogue,
+                     counter_slot % kCallSiteSlots);
       if (err != cudaSuccess) return err;
       err = LaunchEx(SplitMergeKernel<Policy, Epilogue>, plan.merge_grid, kBlockThreads, stream,
                      plan.pdl, x, rows, cols, plan.parts, static_cast<const Pair*>(partials),
@@ -473,16 +561,23 @@ cudaError_t LaunchPlanned(const LaunchPlan& plan, cudaStream_t stream,
 }
 
 // Plans and launches: the whole CUDA side of one op call. `workspace` is XLA's workspace
-// buffer (kWorkspaceBytes, contents arbitrary on entry).
+// buffer (kWorkspaceBytes, contents arbitrary on entry); `counter_slot` the call site's slot
+// (kCallSiteSlots: no two call sites that may run at once share one).
 template <class Policy, class Epilogue>
-cudaError_t LaunchRowReduce(cudaStream_t stream, int device, const PlanOptions& options,
+cudaError_t LaunchRowReduce(cudaStream_t stream, int device, uint32_t counter_slot,
+                            const PlanOptions& options,
                             const typename Policy::Bits* x, int64_t rows, int64_t cols,
                             const Policy& policy, const Epilogue& epilogue, void* workspace,
                             size_t workspace_bytes) {
   if (rows == 0) return cudaSuccess;
   if (cols < 1 || cols > INT32_MAX) return cudaErrorInvalidValue;
+  // Being captured into a CUDA graph (an XLA command buffer) or launched from the host now.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(stream, &capture);
+  if (err != cudaSuccess) return err;
   LaunchPlan plan;
-  cudaError_t err = PlanRowReduceOn<Policy, Epilogue>(device, rows, cols, options, &plan);
+  err = PlanRowReduceOn<Policy, Epilogue>(device, rows, cols, options,
+                                          capture == cudaStreamCaptureStatusActive, &plan);
   if (err != cudaSuccess) return err;
   // XLA buffers are aligned; align by hand anyway rather than trust it.
   const uintptr_t raw = reinterpret_cast<uintptr_t>(workspace);
@@ -491,7 +586,7 @@ cudaError_t LaunchRowReduce(cudaStream_t stream, int device, const PlanOptions& 
     return cudaErrorInvalidValue;
   }
   return LaunchPlanned(plan, stream, x, rows, static_cast<int32_t>(cols), policy, epilogue,
-                       reinterpret_cast<void*>(aligned));
+                       reinterpret_cast<void*>(aligned), counter_slot);
 }
 
 }  // namespace row_reduce

@@ -24,13 +24,15 @@ HANDLER_DTYPES = frozenset(
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 # CUDA: routed by device time per step inside a decode-like chain (SPEC §3b), where the GPU
-# runs ahead of the host: what users feel. Measured on an H200 (benchmarks/NOTES.md, try 15):
-# the kernels win in 16-bit formats for wide rows (>= 65536 columns: 1-256 x 202048, 64 x
-# 128256) and large inputs; the exact XLA path wins for small inputs (8 x 32000: the kernels'
-# scan + merge cost ~1 us more than XLA's two reduction kernels there) and for float32 rows
-# except one very wide row; narrow rows (<= 64 columns) of large inputs take the team kernels,
-# which beat XLA's narrow-row reduction by 1.6-2.5x.
+# runs ahead of the host: what users feel. Measured on an H200 (benchmarks/NOTES.md, tries 15
+# and 22): the kernels win in 16-bit formats for wide rows (>= 65536 columns: 8-256 x 202048,
+# 64 x 128256; one row from 131072 columns: 1 x 202048 yes, 1 x 128256 no) and large inputs;
+# the exact XLA path wins for small inputs (8 x 32000: the kernels' scan + merge cost ~1 us
+# more than XLA's two reduction kernels there) and for float32 rows except one very wide row;
+# narrow rows (<= 64 columns) of large inputs take the team kernels, which beat XLA's
+# narrow-row reduction by 1.6-2.5x.
 CUDA_WIDE_COLS = 1 << 16
+CUDA_ONE_ROW_COLS = 1 << 17
 CUDA_LARGE_ELEMENTS = 1 << 20
 CUDA_NARROW_COLS = 64
 
@@ -60,9 +62,10 @@ def handler_wins(op: str, platform: str, shape, dtype) -> bool:
   if platform == "cuda":
     rows, cols = _rows(shape), shape[-1]
     large = rows * cols >= CUDA_LARGE_ELEMENTS
+    one_wide_row = rows == 1 and cols >= CUDA_ONE_ROW_COLS
     if np.dtype(dtype).itemsize <= 2:
-      return cols >= CUDA_WIDE_COLS or large
-    return (rows == 1 and cols >= CUDA_WIDE_COLS) or (cols <= CUDA_NARROW_COLS and large)
+      return (rows >= 2 and cols >= CUDA_WIDE_COLS) or one_wide_row or large
+    return one_wide_row or (cols <= CUDA_NARROW_COLS and large)
   return False
 
 

@@ -26,9 +26,13 @@ _XLA_PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
 
 
 def _register_all() -> None:
-  for op, platform, name, capsule in _argreduce.registrations():
+  # FFI state types first (the CUDA handlers' per-call-site state), then every handler: a dict
+  # of stage capsules ({"execute": ...} and, on CUDA, "instantiate").
+  for platform, name, registration in _argreduce.types():
+    jax.ffi.register_ffi_type(name, dict(registration), platform=_XLA_PLATFORMS[platform])
+  for op, platform, name, stages in _argreduce.registrations():
     try:
-      jax.ffi.register_ffi_target(name, capsule, platform=_XLA_PLATFORMS[platform],
+      jax.ffi.register_ffi_target(name, dict(stages), platform=_XLA_PLATFORMS[platform],
                                   api_version=1)
     except Exception as e:  # pragma: no cover - depends on the installed jaxlib
       raise RuntimeError(
@@ -54,33 +58,42 @@ def all_targets() -> tuple[str, ...]:
 # -------------------------------------------------------------------------------------------
 # Debug entries (tests, benchmarks): launch planning and process-wide plan options.
 
-def debug_launch_plan(rows: int, cols: int, dtype, op: str = "argmax", device: int = 0) -> dict:
+def debug_launch_plan(rows: int, cols: int, dtype, op: str = "argmax", device: int = 0,
+                      graph_captured: bool = False) -> dict:
   """The launch plan the CUDA handler takes for a [rows, cols] input of ``dtype`` on GPU
-  ``device`` (path team/block/split, team, parts, grid, block, pdl, ...). Raises RuntimeError without a GPU
-  or a CUDA build."""
+  ``device`` (path team/block/split, team, parts, grid, block, pdl, last_block_merges, ...),
+  launched from the host or (``graph_captured``) captured into a CUDA graph (an XLA command
+  buffer). Raises RuntimeError without a GPU or a CUDA build."""
   if not HAS_CUDA:
     raise RuntimeError("jax_argreduce was built without the CUDA handlers")
   import numpy as np
   return dict(_argreduce.debug.device_plan(int(rows), int(cols), np.dtype(dtype).name,
-                                           op in ("argmin", "min_with_index"), int(device)))
+                                           op in ("argmin", "min_with_index"), int(device),
+                                           bool(graph_captured)))
 
 
 def debug_plan(rows: int, cols: int, elem_bytes: int, *, sms: int, cc_major: int,
                team_blocks_per_sm: int, block_blocks_per_sm: int, split_blocks_per_sm: int,
-               key_bytes: int | None = None, pdl: bool | None = None) -> dict:
+               key_bytes: int | None = None, pdl: bool | None = None,
+               merge: str | None = None, compute_bound: bool = False,
+               graph_captured: bool = False) -> dict:
   """The pure launch planner on made-up device capabilities (runs without a GPU)."""
   if key_bytes is None:
     key_bytes = 8 if elem_bytes == 8 else 4
   return dict(_argreduce.debug.plan(int(rows), int(cols), int(elem_bytes), int(key_bytes),
                                     int(sms), int(cc_major), int(team_blocks_per_sm),
-                                    int(block_blocks_per_sm), int(split_blocks_per_sm), pdl))
+                                    int(block_blocks_per_sm), int(split_blocks_per_sm), pdl,
+                                    merge, bool(compute_bound), bool(graph_captured)))
 
 
-def debug_set_plan_options(*, pdl: bool | None = None) -> dict:
+def debug_set_plan_options(*, pdl: bool | None = None, merge: str | None = None) -> dict:
   """Sets process-wide plan options (None keeps one); effective at the next CUDA handler call
   (an executable XLA already captured in a CUDA graph replays the launches it captured).
-  Returns the options now in force."""
-  _argreduce.debug.set_plan_options(pdl)
+  ``pdl``: programmatic dependent launch (sm_90+). ``merge``: how the split path (few wide
+  rows) merges its blocks' partials: "kernel" (a second kernel), "last_block" (the scan's
+  last block; one kernel), "auto" (the default: "kernel" inside a CUDA graph, "last_block"
+  for up to 16 rows launched from the host). Returns the options now in force."""
+  _argreduce.debug.set_plan_options(pdl, merge)
   return dict(_argreduce.debug.plan_options())
 
 

@@ -111,6 +111,9 @@ PATH_CASES = [
     ("split", "no_pdl", 64, 32000),
     ("split", "default", 100, 202048),   # up to one row per SM
     ("split", "no_pdl", 100, 202048),
+    ("split", "merge_kernel", 1, 202048),  # the merge kernel (default: the last block merges)
+    ("split", "merge_kernel", 8, 202049),
+    ("split", "merge_kernel", 32, 202048),
 ]
 
 
@@ -431,16 +434,18 @@ def _kernel_check_exe(tmp_path):
   return exe, sanitizer
 
 
-# Option sets for the sanitizers: PDL on and off (every path under each).
-SANITIZER_OPTIONS = [["--pdl=1"], ["--pdl=0"]]
+# Option sets for the sanitizers: PDL on and off, the split path's merge in its last block and
+# in a second kernel (every path under each).
+SANITIZER_OPTIONS = [["--pdl=1", "--merge=1"], ["--pdl=0", "--merge=1"],
+                     ["--pdl=1", "--merge=0"]]
 
 
 def test_kernel_check_under_compute_sanitizer(tmp_path):
-  """tests/cuda/kernel_check.cu: every path under both option sets, then memcheck
+  """tests/cuda/kernel_check.cu: every path under every option set, then memcheck
   (out-of-bounds/misaligned global and shared accesses) and racecheck (shared memory hazards)
-  clean on one case per path, PDL on and off. The
-  split path's global-memory ordering (partials, then the merge kernel after
-  griddepcontrol.wait) is covered by the result checks, not by racecheck."""
+  clean on one case per path. The split path's global-memory ordering (partials, then the
+  last block's acq_rel counter, or the merge kernel after griddepcontrol.wait) is covered by
+  the result checks, not by racecheck."""
   exe, sanitizer = _kernel_check_exe(tmp_path)
   plain = subprocess.run([exe], capture_output=True, text=True)
   assert plain.returncode == 0, plain.stdout[-3000:]

@@ -458,9 +458,12 @@ int main(int argc, char** argv) {
                              {64, 32000}, {1, 1 << 21}};
   if (quick) cases = {{40000, 5}, {300, 4097}, {1, 202049}, {8, 131073}, {100, 20001}};
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
-  PlanOptions option_sets[2];  // PDL on, PDL off
-  option_sets[0].pdl = true;
+  // PDL on / off, the split path's merge in its last block / in a second kernel.
+  PlanOptions option_sets[3];
+  option_sets[0].merge = MergeMode::kLastBlock;
   option_sets[1].pdl = false;
+  option_sets[1].merge = MergeMode::kLastBlock;
+  option_sets[2].merge = MergeMode::kKernel;
   std::mt19937_64 rng(20261201);
   std::normal_distribution<double> normal(0.0, 2.0);
   int total = 0, bad = 0;
@@ -528,7 +531,7 @@ int main(int argc, char** argv) {
         CHECK(cudaMemset(d_ws, 0xEE, kWorkspaceBytes));
         for (int k = 0; k < 2; ++k) {  // back to back, one stream, one workspace
           Launch& l = L[k];
-          CHECK(LaunchCategorical(stream, device, options, f,
+          CHECK(LaunchCategorical(stream, device, /*counter_slot=*/3, options, f,
                                   static_cast<const uint32_t*>(l.d_keys), l.num_keys,
                                   static_cast<const uint8_t*>(l.d_x) + shift * w, c.rows, c.cols,
                                   l.d_t, l.per_row_t, static_cast<const int32_t*>(l.d_off),
@@ -560,9 +563,10 @@ int main(int argc, char** argv) {
           ++total;
           if (mism) {
             ++bad;
-            std::printf("MISMATCH %lldx%lld format %d pdl=%d keys=%lld per_row_t=%d"
+            std::printf("MISMATCH %lldx%lld format %d pdl=%d merge=%s keys=%lld per_row_t=%d"
                         " offsets=(%d,%d): %lld rows, first row %lld\n",
-                        (long long)c.rows, (long long)c.cols, static_cast<int>(f), options.pdl, (long long)l.num_keys, l.per_row_t,
+                        (long long)c.rows, (long long)c.cols, static_cast<int>(f), options.pdl,
+                        MergeModeName(options.merge), (long long)l.num_keys, l.per_row_t,
                         l.offsets[0], l.offsets[1], (long long)mism, (long long)first);
           }
           CHECK(cudaFree(l.d_x)); CHECK(cudaFree(l.d_t)); CHECK(cudaFree(l.d_keys));

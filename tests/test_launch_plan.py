@@ -5,7 +5,9 @@ devices: an H200 (132 SMs, sm_90), an A100 (108 SMs, sm_80: no PDL) and a small 
 Invariants, not tuned numbers: which path a shape takes (only team, block and split exist:
 team for narrow rows and for many rows; split for 1-64 wide rows; block for more rows than
 SMs), that every geometry covers its rows, stays within the workspace and the partial budget,
-and uses PDL only where the device has it and the option asks for it.
+uses PDL only where the device has it and the option asks for it, and merges the split path's
+partials in a second kernel inside CUDA graphs and in the last block for few rows launched from
+the host (MergeMode::kAuto), unless the options force one.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ DEVICES = {"h200": H200, "a100": A100, "sm90_small": SM90_SMALL}
 MAX_PARTIALS = 16384  # launch_plan.h kMaxSplitPartials: the workspace holds this many partials
 WORKSPACE_USABLE = _ffi.CUDA_WORKSPACE_BYTES - 16  # 16 bytes go to aligning by hand
 ELEM_BYTES = (2, 4, 8)  # float16/bfloat16, float32, float64
-OPTIONS = [dict(pdl=p) for p in (None, False, True)]  # None: the process-wide option (on)
+# None: the process-wide option (PDL on, merge "auto").
+OPTIONS = [dict(pdl=p) for p in (None, False, True)] + [
+    dict(merge="kernel"), dict(merge="last_block"), dict(merge="auto", graph_captured=True),
+    dict(pdl=False, merge="auto", graph_captured=False), dict(compute_bound=True),
+    dict(compute_bound=True, graph_captured=True)]
+LAST_BLOCK_MAX_ROWS = 16  # launch_plan.h kLastBlockMergeMaxRows
 PATHS = ("team", "block", "split")
 INT32_MAX = 2 ** 31 - 1
 WIDE = (32000, 128256, 202048, 262144, 1 << 22, INT32_MAX)
@@ -42,10 +49,12 @@ def key_bytes(elem_bytes):
   return 8 if elem_bytes == 8 else 4
 
 
-def check_invariants(p, rows, cols, elem_bytes, device, pdl=None):
+def check_invariants(p, rows, cols, elem_bytes, device, pdl=None, merge=None,
+                     graph_captured=False, compute_bound=False):
   """What every plan must satisfy; returns p."""
   caps = DEVICES[device]
   pdl = True if pdl is None else pdl
+  merge = merge or "auto"
   where = f"{rows}x{cols} elem={elem_bytes} on {device} pdl={pdl}: {p}"
   assert p["path"] in PATHS, where
   assert p["vector_elements"] == 16 // elem_bytes, where
@@ -62,14 +71,21 @@ def check_invariants(p, rows, cols, elem_bytes, device, pdl=None):
     assert p["grid"] == rows * parts, where
     assert rows * parts <= MAX_PARTIALS, where
     assert p["workspace_bytes"] == rows * parts * 2 * key_bytes(elem_bytes), where
-    assert p["merge_grid"] == math.ceil(rows / (p["block"] // 32)), where  # a warp per row
+    last_block = merge == "last_block" or (
+        merge == "auto" and not graph_captured and rows <= LAST_BLOCK_MAX_ROWS)
+    assert p["last_block_merges"] == last_block, where
+    # The merge kernel: a warp per row; none when the last block merges.
+    assert p["merge_grid"] == (0 if last_block else math.ceil(rows / (p["block"] // 32))), where
     assert parts <= max(1, caps["split_blocks_per_sm"] * caps["sms"] // rows), where  # one wave
     per_block = p["row_step"] // parts
     assert p["row_step"] == parts * per_block, where
     assert per_block % (p["block"] * p["vector_elements"]) == 0, where
+    if compute_bound:  # one vector per thread and round
+      assert per_block == p["block"] * p["vector_elements"], where
     assert (parts - 1) * per_block < cols, where  # no block without work in the first round
   else:
     assert p["workspace_bytes"] == 0 and p["merge_grid"] == 0 and p["parts"] == 1, where
+    assert not p["last_block_merges"], where
   if p["path"] == "team":
     team = p["team"]
     assert team in (1, 2, 4, 8, 16, 32), where
@@ -171,12 +187,14 @@ def test_no_cluster_path_or_options():
 def test_row_step_is_consistent(device):
   """row_step = threads of a row x loads in flight x vector elements, with one in-flight depth
   shared by the team and split kernels and a deeper (or equal) one for the block kernel; the
-  same for every element width."""
+  same for every element width (bits-only key policies: argmax and friends)."""
   depths = {path: set() for path in PATHS}
   shapes = [(4096, 8), (4096, 4096), (1, 202048), (8, 128256), (256, 202048), (1, 2000)]
   for elem_bytes in ELEM_BYTES:
     for rows, cols in shapes:
       for options in OPTIONS:
+        if options.get("compute_bound"):
+          continue  # test_compute_bound_split_gives_one_vector_per_thread
         p = plan(rows, cols, elem_bytes, device, **options)
         threads = {"team": p["team"], "block": p["block"],
                    "split": p["parts"] * p["block"]}[p["path"]]
@@ -237,23 +255,68 @@ def test_random_shapes_keep_every_invariant():
 # ----------------------------------------------------------------------------- options
 
 def test_default_options_and_debug_entry():
-  """Defaults: PDL on; a plan with options None takes the process-wide ones; setting them is
-  process-wide and returns what is in force."""
+  """Defaults: PDL on, merge "auto"; a plan with options None takes the process-wide ones;
+  setting them is process-wide and returns what is in force; unknown merge modes raise."""
   before = _ffi.debug_plan_options()
-  assert before == {"pdl": True}
+  assert before == {"pdl": True, "merge": "auto"}
   try:
-    assert _ffi.debug_set_plan_options(pdl=False) == {"pdl": False}
-    assert _ffi.debug_set_plan_options() == {"pdl": False}  # None keeps
+    assert _ffi.debug_set_plan_options(pdl=False) == {"pdl": False, "merge": "auto"}
+    assert _ffi.debug_set_plan_options() == {"pdl": False, "merge": "auto"}  # None keeps
     p = plan(8, 202048, 4, "h200")  # the process-wide option
     assert p["path"] == "split" and not p["pdl"]
     assert plan(8, 202048, 4, "h200", pdl=True)["pdl"]  # explicit options override
-    assert _ffi.debug_set_plan_options(pdl=True) == {"pdl": True}
+    assert _ffi.debug_set_plan_options(pdl=True, merge="kernel") == {"pdl": True,
+                                                                      "merge": "kernel"}
     assert not plan(8, 202048, 4, "h200", pdl=False)["pdl"]
+    assert not plan(8, 202048, 4, "h200")["last_block_merges"]
+    assert _ffi.debug_set_plan_options(merge="last_block")["merge"] == "last_block"
+    assert plan(8, 202048, 4, "h200", graph_captured=True)["last_block_merges"]
+    with pytest.raises(ValueError, match="merge must be"):
+      _ffi.debug_set_plan_options(merge="cluster")
+    assert _ffi.debug_plan_options()["merge"] == "last_block"  # a refused call changes nothing
   finally:
     _ffi.debug_set_plan_options(**before)
   assert _ffi.debug_plan_options() == before
   p = plan(8, 202048, 4, "h200")
   assert p["path"] == "split" and p["pdl"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+def test_auto_merge_kernel_in_graphs_last_block_for_few_rows_from_the_host(device, elem_bytes):
+  """merge "auto": the merge kernel whenever the launch is captured into a CUDA graph (it won
+  in-chain); from the host, the last block for up to 32 rows, the merge kernel above."""
+  for rows in (1, 2, 8, 32, 33, 64):
+    for cols in (32000, 202048, 1 << 22):
+      host = plan(rows, cols, elem_bytes, device)
+      graph = plan(rows, cols, elem_bytes, device, graph_captured=True)
+      if host["path"] != "split":
+        continue
+      assert graph["path"] == "split" and graph["parts"] == host["parts"], (host, graph)
+      assert not graph["last_block_merges"] and graph["merge_grid"] >= 1, graph
+      assert host["last_block_merges"] == (rows <= LAST_BLOCK_MAX_ROWS), host
+      for merge in ("kernel", "last_block"):
+        for captured in (False, True):
+          p = plan(rows, cols, elem_bytes, device, merge=merge, graph_captured=captured)
+          assert p["last_block_merges"] == (merge == "last_block"), p
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+def test_compute_bound_split_gives_one_vector_per_thread(device, elem_bytes):
+  """A compute-bound key policy (the sampler): kInFlight times the blocks per row where one
+  wave holds them, the same rows on the split path."""
+  caps = DEVICES[device]
+  for rows in (1, 8, 64):
+    for cols in (32000, 202048):
+      p = plan(rows, cols, elem_bytes, device)
+      q = check_invariants(plan(rows, cols, elem_bytes, device, compute_bound=True), rows,
+                           cols, elem_bytes, device, compute_bound=True)
+      assert q["path"] == p["path"], (p, q)
+      if q["path"] == "split":
+        cap = min(caps["sms"] * caps["split_blocks_per_sm"] // rows, MAX_PARTIALS // rows)
+        want = min(math.ceil(cols / (q["block"] * q["vector_elements"])), cap)
+        assert q["parts"] == want and q["parts"] >= p["parts"], (p, q)
 
 
 def test_workspace_constant():

@@ -5,17 +5,21 @@
 // programmatic dependent launch) on rows with NaNs (any sign and payload), ties,
 // infinities, signed zeros, subnormals and all -inf / all-lowest rows planted across block
 // boundaries, for argmax/argmin with and without the values output, int32 and int64 indices,
-// rows on and off 16-byte alignment. Outputs and the workspace are poisoned before every
+// rows on and off 16-byte alignment; the split path's merge both in its last block (one
+// kernel, the call site's self-resetting counter) and in a second kernel. Outputs and the workspace are poisoned before every
 // launch; indices are compared with a reference written here (decoded float compares, not the
 // integer keys of the kernels) and values bit for bit with the element at the reference index.
-// Two launches back to back on one stream share the workspace (the second overwrites the
-// first's partials while, with PDL, kernels overlap their predecessor's tail).
+// Two launches back to back on one stream share the workspace and the counter slot (the second
+// overwrites the first's partials while, with PDL, kernels overlap their predecessor's tail);
+// every case reuses the slot of the one before, whose grid was another size, so a counter that
+// was not zero again after a launch shows up as a wrong merge.
 //
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi tests/cuda/kernel_check.cu
 //        ffi/argreduce_kernels.cu ffi/launch_plan.cc -o kernel_check
-// Run: kernel_check [--pdl=0|1] [--quick]
-//   (default: both option sets, PDL on and off; --quick: one case per path, for the sanitizers)
+// Run: kernel_check [--pdl=0|1] [--merge=0|1] [--quick]
+//   (default: every option set, PDL on and off x the split path's merge in a second kernel (0)
+//   and in the last block (1); --quick: one case per path, for the sanitizers)
 // Prints one line per case and "kernel_check: N cases, M mismatches"; exit 1 on a mismatch,
 // 2 on a CUDA error, 3 when a path expected under the options was never taken.
 #include <cuda_bf16.h>
@@ -164,19 +168,23 @@ struct Options {
 };
 
 Options ParseArgs(int argc, char** argv) {
-  int pdl = -1;
+  int pdl = -1, merge = -1;
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--pdl=", 0) == 0) pdl = std::atoi(a.c_str() + 6);
+    else if (a.rfind("--merge=", 0) == 0) merge = std::atoi(a.c_str() + 8);
     else if (a == "--quick") o.quick = true;
     else { std::printf("unknown argument %s\n", a.c_str()); std::exit(4); }
   }
   for (int p = 0; p < 2; ++p) {
-    if (pdl < 0 || pdl == p) {
-      PlanOptions opt;
-      opt.pdl = p != 0;
-      o.sets.push_back(opt);
+    for (int m = 0; m < 2; ++m) {
+      if ((pdl < 0 || pdl == p) && (merge < 0 || merge == m)) {
+        PlanOptions opt;
+        opt.pdl = p != 0;
+        opt.merge = m != 0 ? MergeMode::kLastBlock : MergeMode::kKernel;
+        o.sets.push_back(opt);
+      }
     }
   }
   return o;
@@ -209,13 +217,15 @@ int main(int argc, char** argv) {
     cases = {{400000, 5}, {4096, 8}, {300, 4097}, {1, 202049}, {8, 131073}, {100, 20001}};
   }
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
+  constexpr uint32_t kSlot = 7;  // every launch: one call site
   std::mt19937_64 rng(20261130);
   int total = 0, bad = 0, missing = 0;
 
   for (const PlanOptions& options : args.sets) {
     std::set<Path> taken;
-    std::printf("== options pdl=%d (device %d, %s, %d SMs, cc %d.%d)\n", options.pdl, device,
-                prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+    std::printf("== options pdl=%d merge=%s (device %d, %s, %d SMs, cc %d.%d)\n",
+                options.pdl, MergeModeName(options.merge), device, prop.name,
+                prop.multiProcessorCount, prop.major, prop.minor);
     for (const Case& c : cases) {
       for (Format f : formats) {
         const size_t w = Width(f);
@@ -242,11 +252,17 @@ int main(int argc, char** argv) {
         }
         LaunchPlan plan;
         for (int is_min = 0; is_min < 2; ++is_min) {
-          CHECK(PlanArgReduce(device, options, f, is_min, c.rows, c.cols, &plan));
+          CHECK(PlanArgReduce(device, options, f, is_min, c.rows, c.cols, false, &plan));
           taken.insert(plan.path);
           if (plan.pdl != (options.pdl && prop.major >= 9)) {  // PDL exactly where asked and able
             std::printf("  plan pdl=%d with option pdl=%d on cc %d\n", plan.pdl, options.pdl,
                         prop.major);
+            ++bad;
+          }
+          if (plan.path == Path::kSplit &&
+              plan.last_block_merges != (options.merge == MergeMode::kLastBlock)) {
+            std::printf("  plan last_block_merges=%d with merge=%s\n", plan.last_block_merges,
+                        MergeModeName(options.merge));
             ++bad;
           }
           // Reference indices per input and row.
@@ -268,7 +284,7 @@ int main(int argc, char** argv) {
             CHECK(cudaMemsetAsync(d_ws, 0xAB, ws_bytes, stream));  // garbage partials
             for (int k = 0; k < 2; ++k) {
               const void* x = static_cast<const uint8_t*>(d_x[k]) + offset * w;
-              CHECK(LaunchArgReduce(stream, device, options, f, is_min, x, c.rows, c.cols,
+              CHECK(LaunchArgReduce(stream, device, kSlot, options, f, is_min, x, c.rows, c.cols,
                                     d_idx[k], idx64, with_values ? d_val[k] : nullptr, d_ws,
                                     ws_bytes));
             }
@@ -337,7 +353,8 @@ int main(int argc, char** argv) {
     // Every path must be reached under every option set (PDL is only a launch attribute).
     for (Path p : {Path::kTeam, Path::kBlock, Path::kSplit}) {
       if (!taken.count(p)) {
-        std::printf("  path %s never taken with pdl=%d\n", PathName(p), options.pdl);
+        std::printf("  path %s never taken with pdl=%d merge=%s\n", PathName(p), options.pdl,
+                    MergeModeName(options.merge));
         ++missing;
       }
     }
