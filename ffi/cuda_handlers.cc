@@ -8,7 +8,8 @@
 // its split-path counter in the kernels' static per-device counter array (row_reduce.cuh). The
 // counter is zero at module load and the kernel leaves it zero, so nothing is allocated,
 // cleared or kept per call; distinct live call sites hold distinct slots (freed with the
-// executable), so call sites XLA runs concurrently never share a counter.
+// executable), so call sites XLA runs concurrently never share a counter. (One executable is
+// not run twice at once on one device: PjRt runs a device's executions on one compute stream.)
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,31 +28,33 @@ namespace {
 
 namespace ffi = xla::ffi;
 
-// Slots of live call sites: the lowest free one is taken, released when XLA destroys the state
-// (the executable). Past kCallSiteSlots live call sites, slots are shared (safe unless two of
-// them run concurrently).
+// Slots of live call sites, reference-counted: a call site takes a free slot (round robin, so
+// a slot just released is not reused at once), released when XLA destroys the state (the
+// executable). Past kCallSiteSlots live call sites, the least shared slot is shared (safe
+// unless two of its holders run concurrently); a slot is free again only when every holder is
+// gone.
 class SlotAllocator {
  public:
   uint32_t Take() {
     std::lock_guard<std::mutex> lock(mu_);
-    for (uint32_t i = 0; i < used_.size(); ++i) {
+    uint32_t best = next_;
+    for (uint32_t i = 0; i < kCallSiteSlots; ++i) {
       const uint32_t slot = (next_ + i) % kCallSiteSlots;
-      if (!used_[slot]) {
-        used_[slot] = true;
-        next_ = slot + 1;
-        return slot;
-      }
+      if (holders_[slot] < holders_[best]) best = slot;
+      if (holders_[best] == 0) break;
     }
-    return next_++ % kCallSiteSlots;
+    ++holders_[best];
+    next_ = (best + 1) % kCallSiteSlots;
+    return best;
   }
   void Release(uint32_t slot) {
     std::lock_guard<std::mutex> lock(mu_);
-    used_[slot % kCallSiteSlots] = false;
+    if (holders_[slot] > 0) --holders_[slot];
   }
 
  private:
   std::mutex mu_;
-  std::vector<bool> used_ = std::vector<bool>(kCallSiteSlots, false);
+  std::vector<uint32_t> holders_ = std::vector<uint32_t>(kCallSiteSlots, 0);
   uint32_t next_ = 0;
 };
 

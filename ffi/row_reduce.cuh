@@ -363,12 +363,19 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
 static __device__ unsigned int g_split_counters[kCallSiteSlots];
 
 __device__ __forceinline__ unsigned int AtomicIncAcqRel(unsigned int* counter, unsigned int limit) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   unsigned int old;
   asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
                : "=r"(old)
                : "l"(counter), "r"(limit)
                : "memory");
   return old;
+#else  // no acq_rel atomics before sm_70: fences around a relaxed atomicInc
+  __threadfence();
+  const unsigned int old = atomicInc(counter, limit);
+  __threadfence();
+  return old;
+#endif
 }
 
 // One whole warp merges the partials of `row` and runs the epilogue. The partials were written

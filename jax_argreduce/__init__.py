@@ -7,7 +7,8 @@ handlers: cooperative CUDA kernels on NVIDIA GPUs and a CPU handler elsewhere.
 """
 
 from jax_argreduce._api import argmax, argmin, categorical, max_with_index, min_with_index
-from jax_argreduce._ffi import HAS_CUDA
+from jax_argreduce._ffi import HAS_CUDA, export_disabled_checks
 
-__all__ = ["argmax", "argmin", "max_with_index", "min_with_index", "categorical", "HAS_CUDA"]
+__all__ = ["argmax", "argmin", "max_with_index", "min_with_index", "categorical", "HAS_CUDA",
+           "export_disabled_checks"]
 __version__ = "0.2.0"

@@ -6,6 +6,7 @@ with ``method=`` to force a path); ``_dispatch`` decides the path, ``_primitives
 
 from __future__ import annotations
 
+
 import operator
 
 import jax
@@ -168,7 +169,10 @@ def max_with_index(a, axis: int | None = -1, keepdims: bool = False, *, axis_nam
   """The maximum along an axis and its index, in one pass (SPEC §1b).
 
   Args:
-    a: array of any shape and dtype (the four float formats run on the handlers, as argmax).
+    a: array of any shape and of a real dtype: float (the four float formats run on the
+      handlers), integer or bool (``jnp.max`` + ``jnp.argmax``); complex raises TypeError, as
+      :func:`argmax` (``jnp.max`` would order complex numbers, ``numpy.argmax`` too, but not
+      by one total order this module defines).
     axis: the reduction axis (default: the last), or None for the flattened array.
     keepdims: keep the reduced axis as a dimension of size 1 in both results.
     axis_name: as for :func:`argmax` (inside ``shard_map``: the mesh axis ``axis`` is split
@@ -204,6 +208,10 @@ def _fmix32(h):
   return h ^ (h >> 16)
 
 
+# Words of key data of jax.random's impls: threefry2x32 2, rbg and unsafe_rbg 4.
+RAW_KEY_WIDTHS = (2, 4)
+
+
 def _key_bits(key, batch_shape, name: str):
   """The key's bits as uint32 ``[1] * n + [2]`` (one key) or ``[*batch_shape, 2]`` (one per
   row: the batch layout, and its sharding, kept), from a typed PRNG key array (any impl:
@@ -216,6 +224,10 @@ def _key_bits(key, batch_shape, name: str):
     if data.dtype != np.uint32 or data.ndim < 1:
       raise TypeError(f"{name}: key must be a PRNG key array (jax.random.key) or a raw uint32 "
                       f"key array, got {data.dtype}{list(data.shape)}")
+    if data.shape[-1] not in RAW_KEY_WIDTHS:
+      raise ValueError(f"{name}: a raw uint32 key is the key data of a jax.random impl, a "
+                       f"trailing dimension of 2 (threefry2x32) or 4 (rbg, unsafe_rbg) words; "
+                       f"got shape {tuple(data.shape)}")
     key_shape = data.shape[:-1]
   data = data.astype(np.uint32)
   width = data.shape[-1]
@@ -242,6 +254,13 @@ def _temperature(temperature, batch_shape, dtype, name: str):
   shared = (1,) * len(batch_shape)
   if temperature is None:
     return jnp.ones(shared, dtype)
+  t_dtype = getattr(temperature, "dtype", None)
+  if t_dtype is None:
+    t_dtype = np.asarray(temperature).dtype
+  if not (jnp.issubdtype(t_dtype, jnp.floating) or jnp.issubdtype(t_dtype, jnp.integer)):
+    raise TypeError(f"{name}: temperature must be a real number or an array of real numbers, "
+                    f"got {type(temperature).__name__}"
+                    + (f" of dtype {temperature.dtype}" if hasattr(temperature, "dtype") else ""))
   try:  # the value as given (a Python or numpy number stays concrete under jit)
     concrete = np.asarray(temperature, dtype)
   except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
@@ -272,18 +291,22 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
 
   Args:
     key: a PRNG key array (``jax.random.key``; every impl: its key data seeds our generator)
-      or a raw uint32 key (as ``jax.random`` accepts), of shape ``()`` — one key for the call,
+      or raw uint32 key data (``jax.random.PRNGKey``: a trailing dimension of 2 words, or 4
+      for the rbg impls), of shape ``()`` — one key for the call,
       the row index is part of the counter — or the logits' batch shape (``logits.shape``
       without ``axis``): one key per row, and a row's sample then does not depend on the batch
       it sits in (so ``vmap`` over keys and logits equals a loop).
     logits: unnormalized log-probabilities, any float dtype (ints are converted to float32).
-    axis: the category axis (default: the last).
-    temperature: None (1.0), a scalar, or an array broadcasting to the batch shape. A row with
-      ``T == 0`` (or so small that ``1 / T`` overflows) returns exactly ``argmax`` of that
-      row; infinite logits stay infinite whatever ``T`` (even ``T = inf``). Negative or NaN temperatures raise for
-      concrete values; under ``jit`` (traced) they are not checked: ``T < 0`` samples from
+    axis: the category axis (default: the last; an int, never None).
+    temperature: None (1.0), a real scalar, or a real array broadcasting to the batch shape. A
+      row with ``T == 0`` (or so small that ``1 / T`` overflows) returns exactly ``argmax`` of
+      that row; infinite logits stay infinite whatever ``T`` (even ``T = inf``). Negative or
+      NaN temperatures raise for concrete values; under ``jit`` (traced) they are not checked: ``T < 0`` samples from
       ``softmax(logits / T)`` all the same, and a NaN temperature makes every ``y`` NaN, so the
       row returns 0.
+    method: "auto" (the fused handler wherever one is built: CPU, and CUDA when compiled in)
+      or "kernel" (the same); "xla": Gumbel noise from threefry2x32 materialized by XLA (the
+      path of platforms without the handler): the same distribution, other samples.
     axis_name: inside a ``jax.shard_map``, the mesh axis (or tuple of axes, major first) that
       the category axis is split over: ``logits`` is this device's block of the vocabulary,
       the noise is keyed by the global column, the blocks' noisy maxima are exchanged once and
@@ -296,9 +319,11 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
     ``jax.random.categorical``).
 
   Raises:
-    ValueError: an empty category axis, a key of another shape, a bad temperature.
+    ValueError: an empty category axis, a key of another shape (raw key data of another
+      width), a negative or NaN concrete temperature, a temperature of another shape.
     IndexError: ``axis`` out of range.
-    TypeError: ``key`` is not a key array, or complex logits.
+    TypeError: ``key`` is not a key array, complex logits, a temperature that is not real
+      (bool, complex, str).
 
   Sharded logits (SPEC §1d): the call is split where the logits are (explicit mesh axes), with
   no gather: split rows sample locally (one key: the global row is the counter; per-row keys

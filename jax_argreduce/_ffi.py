@@ -29,7 +29,12 @@ def _register_all() -> None:
   # FFI state types first (the CUDA handlers' per-call-site state), then every handler: a dict
   # of stage capsules ({"execute": ...} and, on CUDA, "instantiate").
   for platform, name, registration in _argreduce.types():
-    jax.ffi.register_ffi_type(name, dict(registration), platform=_XLA_PLATFORMS[platform])
+    try:
+      jax.ffi.register_ffi_type(name, dict(registration), platform=_XLA_PLATFORMS[platform])
+    except Exception as e:  # pragma: no cover - depends on the installed jax
+      raise RuntimeError(
+          f"jax_argreduce: jax refused FFI type {name!r} for {platform} ({e}); the CUDA "
+          "handlers need jax.ffi.register_ffi_type (jax >= 0.10)") from e
   for op, platform, name, stages in _argreduce.registrations():
     try:
       jax.ffi.register_ffi_target(name, dict(stages), platform=_XLA_PLATFORMS[platform],
@@ -48,6 +53,14 @@ _register_all()
 def target(op: str, platform: str) -> str | None:
   """The FFI target name of handler ``op`` on ``platform`` ("cpu", "cuda"), or None."""
   return _TARGETS.get((op, platform))
+
+
+def export_disabled_checks() -> list:
+  """``jax.export.export(fn, disabled_checks=...)`` for programs that call this package's
+  handlers: one ``DisabledSafetyCheck.custom_call`` per FFI target (they carry no XLA
+  compatibility guarantee, like every FFI target outside jaxlib). A deserialized program
+  needs ``import jax_argreduce`` first (it registers the handlers)."""
+  return [jax.export.DisabledSafetyCheck.custom_call(t) for t in all_targets()]
 
 
 def all_targets() -> tuple[str, ...]:

@@ -46,12 +46,13 @@ def op_fn(op, method):
 
 # CUDA plan option sets (jax_argreduce._ffi.debug_set_plan_options) the GPU tests run under.
 # "auto" merges the split path's partials in the last block for few rows launched from the
-# host (a one-op program) and in a second kernel inside CUDA graphs; "merge_kernel" forces the
-# second kernel everywhere.
+# host (a one-op program) and in a second kernel inside CUDA graphs; "merge_kernel" and
+# "last_block" force one of them everywhere.
 OPTION_SETS = {
     "default": dict(pdl=True, merge="auto"),
     "no_pdl": dict(pdl=False, merge="auto"),
     "merge_kernel": dict(pdl=True, merge="kernel"),
+    "last_block": dict(pdl=True, merge="last_block"),  # also inside CUDA graphs, any rows
 }
 
 

@@ -825,10 +825,33 @@ def test_export_round_trip():
     (lambda k, x: jax_argreduce.categorical(k, x, axis=2), IndexError),
     (lambda k, x: jax_argreduce.categorical(k, x, axis=-3), IndexError),
     (lambda k, x: jax_argreduce.categorical(k, jnp.float32(1.0)), ValueError),
+    # raw uint32 keys: the default impl's key data (2 words), as jax.random takes them
+    (lambda k, x: jax_argreduce.categorical(jnp.zeros(3, jnp.uint32), x), ValueError),
+    (lambda k, x: jax_argreduce.categorical(jnp.zeros(1, jnp.uint32), x), ValueError),
+    (lambda k, x: jax_argreduce.categorical(jnp.zeros((3,), jnp.uint32), x), ValueError),
+    # temperatures must be real numbers
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature="1"), TypeError),
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=True), TypeError),
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=1 + 1j), TypeError),
+    (lambda k, x: jax_argreduce.categorical(k, x, temperature=np.ones(3, bool)), TypeError),
 ])
 def test_errors(bad, exc):
   with pytest.raises(exc):
     bad(jax.random.key(0), jnp.zeros((3, 5)))
+
+
+def test_raw_keys_and_temperature_dtypes_accepted():
+  """Raw uint32 keys of the default impl's width, one or one per row; real temperatures of any
+  float or integer dtype, bfloat16 included."""
+  x = jax.random.normal(jax.random.key(3), (3, 50))
+  raw = jax.random.PRNGKey(5)
+  per_row = jnp.stack([raw, raw + 1, raw + 2])
+  assert jax_argreduce.categorical(raw, x).shape == (3,)
+  assert jax_argreduce.categorical(per_row, x).shape == (3,)
+  want = np.asarray(jax_argreduce.categorical(raw, x, temperature=2.0))
+  for t in (2, np.float16(2), jnp.bfloat16(2), jnp.full((3,), 2, jnp.int32), [2.0, 2.0, 2.0]):
+    np.testing.assert_array_equal(np.asarray(jax_argreduce.categorical(raw, x, temperature=t)),
+                                  want, err_msg=repr(t))
 
 
 def test_concrete_checks_are_skipped_under_jit():

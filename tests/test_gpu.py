@@ -434,10 +434,10 @@ def _kernel_check_exe(tmp_path):
   return exe, sanitizer
 
 
-# Option sets for the sanitizers: PDL on and off, the split path's merge in its last block and
-# in a second kernel (every path under each).
+# Option sets for the sanitizers: PDL on and off, the split path's merge in its last block, in
+# a second kernel and "auto" (every path under each, CUDA-graph capture included).
 SANITIZER_OPTIONS = [["--pdl=1", "--merge=1"], ["--pdl=0", "--merge=1"],
-                     ["--pdl=1", "--merge=0"]]
+                     ["--pdl=1", "--merge=0"], ["--pdl=1", "--merge=2"]]
 
 
 def test_kernel_check_under_compute_sanitizer(tmp_path):

@@ -285,7 +285,7 @@ def test_default_options_and_debug_entry():
 @pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
 def test_auto_merge_kernel_in_graphs_last_block_for_few_rows_from_the_host(device, elem_bytes):
   """merge "auto": the merge kernel whenever the launch is captured into a CUDA graph (it won
-  in-chain); from the host, the last block for up to 32 rows, the merge kernel above."""
+  in-chain); from the host, the last block for up to 16 rows, the merge kernel above."""
   for rows in (1, 2, 8, 32, 33, 64):
     for cols in (32000, 202048, 1 << 22):
       host = plan(rows, cols, elem_bytes, device)

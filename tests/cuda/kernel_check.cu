@@ -6,7 +6,8 @@
 // infinities, signed zeros, subnormals and all -inf / all-lowest rows planted across block
 // boundaries, for argmax/argmin with and without the values output, int32 and int64 indices,
 // rows on and off 16-byte alignment; the split path's merge both in its last block (one
-// kernel, the call site's self-resetting counter) and in a second kernel. Outputs and the workspace are poisoned before every
+// kernel, the call site's self-resetting counter) and in a second kernel, launched from the
+// host and captured into CUDA graphs that are replayed. Outputs and the workspace are poisoned before every
 // launch; indices are compared with a reference written here (decoded float compares, not the
 // integer keys of the kernels) and values bit for bit with the element at the reference index.
 // Two launches back to back on one stream share the workspace and the counter slot (the second
@@ -17,9 +18,10 @@
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi tests/cuda/kernel_check.cu
 //        ffi/argreduce_kernels.cu ffi/launch_plan.cc -o kernel_check
-// Run: kernel_check [--pdl=0|1] [--merge=0|1] [--quick]
-//   (default: every option set, PDL on and off x the split path's merge in a second kernel (0)
-//   and in the last block (1); --quick: one case per path, for the sanitizers)
+// Run: kernel_check [--pdl=0|1] [--merge=0|1|2] [--quick]
+//   (default: every option set, PDL on and off x the split path's merge in a second kernel (0),
+//   in the last block (1), or "auto" (2: the last block for few rows from the host, the merge
+//   kernel inside CUDA graphs); --quick: one case per path, for the sanitizers)
 // Prints one line per case and "kernel_check: N cases, M mismatches"; exit 1 on a mismatch,
 // 2 on a CUDA error, 3 when a path expected under the options was never taken.
 #include <cuda_bf16.h>
@@ -178,11 +180,11 @@ Options ParseArgs(int argc, char** argv) {
     else { std::printf("unknown argument %s\n", a.c_str()); std::exit(4); }
   }
   for (int p = 0; p < 2; ++p) {
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < 3; ++m) {
       if ((pdl < 0 || pdl == p) && (merge < 0 || merge == m)) {
         PlanOptions opt;
         opt.pdl = p != 0;
-        opt.merge = m != 0 ? MergeMode::kLastBlock : MergeMode::kKernel;
+        opt.merge = m == 0 ? MergeMode::kKernel : m == 1 ? MergeMode::kLastBlock : MergeMode::kAuto;
         o.sets.push_back(opt);
       }
     }
@@ -219,7 +221,7 @@ int main(int argc, char** argv) {
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
   constexpr uint32_t kSlot = 7;  // every launch: one call site
   std::mt19937_64 rng(20261130);
-  int total = 0, bad = 0, missing = 0;
+  int total = 0, bad = 0, missing = 0, setups = 0;
 
   for (const PlanOptions& options : args.sets) {
     std::set<Path> taken;
@@ -229,8 +231,8 @@ int main(int argc, char** argv) {
     for (const Case& c : cases) {
       for (Format f : formats) {
         const size_t w = Width(f);
-        // Every second case starts the rows one element off 16-byte alignment.
-        const int64_t offset = (total % 2) ? 1 : 0;
+        // Every second (case, format) starts the rows one element off 16-byte alignment.
+        const int64_t offset = (setups++ % 2) ? 1 : 0;
         const int64_t n = c.rows * c.cols;
         // Two inputs: launched back to back on one stream, sharing the workspace.
         std::vector<std::vector<uint8_t>> host(2, std::vector<uint8_t>((n + offset) * w));
@@ -259,8 +261,10 @@ int main(int argc, char** argv) {
                         prop.major);
             ++bad;
           }
-          if (plan.path == Path::kSplit &&
-              plan.last_block_merges != (options.merge == MergeMode::kLastBlock)) {
+          const bool last_block = options.merge == MergeMode::kLastBlock ||
+                                  (options.merge == MergeMode::kAuto &&
+                                   c.rows <= kLastBlockMergeMaxRows);  // launched from the host
+          if (plan.path == Path::kSplit && plan.last_block_merges != last_block) {
             std::printf("  plan last_block_merges=%d with merge=%s\n", plan.last_block_merges,
                         MergeModeName(options.merge));
             ++bad;
@@ -274,19 +278,46 @@ int main(int argc, char** argv) {
               want[k][r] = Reference(row, is_min);
             }
           }
-          for (int variant = 0; variant < 4; ++variant) {  // bit 0: int64 indices, bit 1: values
-            const bool idx64 = variant & 1;
-            const bool with_values = variant & 2;
-            for (int k = 0; k < 2; ++k) {
-              CHECK(cudaMemsetAsync(d_idx[k], 0x7F, c.rows * 8, stream));  // poison
-              CHECK(cudaMemsetAsync(d_val[k], 0x5A, c.rows * w, stream));
-            }
+          // Variants 0-3: bit 0 int64 indices, bit 1 values. Variant 4 (split path): both
+          // launches captured into a CUDA graph (as XLA's command buffers do; merge "auto" then
+          // takes the merge kernel), replayed twice with the outputs poisoned in between.
+          for (int variant = 0; variant < 5; ++variant) {
+            const bool graph = variant == 4;
+            if (graph && plan.path != Path::kSplit) continue;
+            const bool idx64 = !graph && (variant & 1);
+            const bool with_values = graph || (variant & 2);
+            auto poison_outputs = [&] {
+              for (int k = 0; k < 2; ++k) {
+                CHECK(cudaMemsetAsync(d_idx[k], 0x7F, c.rows * 8, stream));
+                CHECK(cudaMemsetAsync(d_val[k], 0x5A, c.rows * w, stream));
+              }
+            };
+            auto launch_both = [&] {
+              for (int k = 0; k < 2; ++k) {
+                const void* x = static_cast<const uint8_t*>(d_x[k]) + offset * w;
+                CHECK(LaunchArgReduce(stream, device, kSlot, options, f, is_min, x, c.rows,
+                                      c.cols, d_idx[k], idx64, with_values ? d_val[k] : nullptr,
+                                      d_ws, ws_bytes));
+              }
+            };
+            poison_outputs();
             CHECK(cudaMemsetAsync(d_ws, 0xAB, ws_bytes, stream));  // garbage partials
-            for (int k = 0; k < 2; ++k) {
-              const void* x = static_cast<const uint8_t*>(d_x[k]) + offset * w;
-              CHECK(LaunchArgReduce(stream, device, kSlot, options, f, is_min, x, c.rows, c.cols,
-                                    d_idx[k], idx64, with_values ? d_val[k] : nullptr, d_ws,
-                                    ws_bytes));
+            if (graph) {
+              cudaGraph_t g = nullptr;
+              cudaGraphExec_t exec = nullptr;
+              CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+              launch_both();
+              CHECK(cudaStreamEndCapture(stream, &g));
+              CHECK(cudaGraphInstantiate(&exec, g, 0));
+              for (int replay = 0; replay < 2; ++replay) {
+                poison_outputs();
+                CHECK(cudaGraphLaunch(exec, stream));
+              }
+              CHECK(cudaStreamSynchronize(stream));
+              CHECK(cudaGraphExecDestroy(exec));
+              CHECK(cudaGraphDestroy(g));
+            } else {
+              launch_both();
             }
             CHECK(cudaStreamSynchronize(stream));
             int case_bad = 0;
@@ -333,10 +364,11 @@ int main(int argc, char** argv) {
                 }
               }
             }
-            std::printf("%-7lld x %-8lld fmt=%d min=%d i64=%d values=%d off=%lld path=%s "
+            std::printf("%-7lld x %-8lld fmt=%d min=%d i64=%d values=%d off=%lld path=%s%s "
                         "team=%d parts=%d grid=%lld block=%d pdl=%d ws=%zu: %s\n",
                         (long long)c.rows, (long long)c.cols, (int)f, is_min, idx64,
-                        with_values, (long long)offset, PathName(plan.path), plan.team,
+                        with_values, (long long)offset, PathName(plan.path),
+                        graph ? " (graph)" : "", plan.team,
                         plan.parts, (long long)plan.grid, plan.block, plan.pdl,
                         plan.workspace_bytes, case_bad ? "FAIL" : "ok");
             ++total;
