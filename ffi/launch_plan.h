@@ -31,7 +31,8 @@ inline constexpr int kWarpSize = 32;
 inline constexpr int kBlockThreads = 256;
 // 16-byte loads in flight per thread in one pass of the scan: team and split kernels
 // (many threads per row or many rows per SM) and the block kernel (one block per long row: few
-// threads per SM, so more loads in flight each; NOTES.md try 10).
+// threads per SM, so more loads in flight each; NOTES.md try 10). Compute-bound key policies
+// (the sampler) keep kInFlight in the block kernel too (NOTES.md try 24).
 inline constexpr int kInFlight = 4;
 inline constexpr int kBlockInFlight = 8;
 // At least this many elements per thread before more threads are given to a row.
