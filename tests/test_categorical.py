@@ -435,9 +435,15 @@ def test_tail_mass(head, tail, draws, chunk):
   (1 + tail e^-head); the tail needs noise near head + G_head, far into G's upper tail."""
   start = time.perf_counter()
   observed = _tail_count(head, tail, draws, chunk, "float32", seed=int(head))
+  check_tail_mass("tail", head, tail, observed, draws, start)
+
+
+def check_tail_mass(name, head, tail, observed, draws, start):
+  """Asserts ``observed`` tail draws of ``draws`` within the sigma bound of the tail's
+  softmax probability tail e^-head / (1 + tail e^-head); reports the statistics."""
   p = tail * math.exp(-head) / (1 + tail * math.exp(-head))
   z, ok = within_sigmas(observed, draws, p)
-  report(f"tail head={head} tail={tail}", draws=draws, observed=observed,
+  report(f"{name} head={head} tail={tail}", draws=draws, observed=observed,
          expected=draws * p, frequency=observed / draws, p=p, z=z,
          seconds=time.perf_counter() - start)
   assert ok, f"{observed} tail draws of {draws}, expected {draws * p:.1f} (z = {z:.2f})"
@@ -779,7 +785,7 @@ def test_grad_jvp_and_eval_shape():
 
 
 def test_export_round_trip():
-  checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in _ffi.all_targets()]
+  checks = jax_argreduce.export_disabled_checks()
   rng = np.random.default_rng(16)
   x = rng.standard_normal((8, 1001)).astype(np.float32)
   key = jax.random.key(17)

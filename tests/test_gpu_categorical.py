@@ -26,7 +26,6 @@ set gets its own jitted functions (as tests/test_gpu.py does).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import shutil
 import subprocess
@@ -42,7 +41,7 @@ import jax_argreduce
 import reference
 from _common import OPTION_SETS, needs_cuda_build, plan_options, x64_for  # noqa: F401
 from jax_argreduce import _ffi
-from test_categorical import P_MIN, chi_square_gof, report, softmax_probs, within_sigmas
+from test_categorical import P_MIN, check_tail_mass, chi_square_gof, report, softmax_probs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
 
@@ -328,12 +327,7 @@ def test_gpu_far_tail(head, tail, draws):
   1.0e-5 / 1.1% (relative) below the softmax probability: far inside the bound."""
   start = time.perf_counter()
   observed, draws = _gpu_tail_count(head, tail, draws, 8192, seed=int(head * 10))
-  p = tail * math.exp(-head) / (1 + tail * math.exp(-head))
-  z, ok = within_sigmas(observed, draws, p)
-  report(f"gpu tail head={head} tail={tail}", draws=draws, observed=observed,
-         expected=draws * p, frequency=observed / draws, p=p, z=z,
-         seconds=time.perf_counter() - start)
-  assert ok, f"{observed} tail draws of {draws}, expected {draws * p:.1f} (z = {z:.2f})"
+  check_tail_mass("gpu tail", head, tail, observed, draws, start)
 
 
 # ------------------------------------------------------------------------------ standalone
@@ -382,14 +376,7 @@ CATEGORICAL_CHECK_CU = r"""
 
 using namespace jax_argreduce;
 
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    cudaError_t e = (x);                                                                 \
-    if (e != cudaSuccess) {                                                              \
-      std::printf("CUDA error %s at line %d\n", cudaGetErrorString(e), __LINE__);       \
-      std::exit(2);                                                                      \
-    }                                                                                    \
-  } while (0)
+#include "cuda_check.h"  // CHECK(call)
 
 namespace {
 
@@ -587,7 +574,8 @@ def _categorical_check_exe(tmp_path, arch="native"):
   src.write_text(CATEGORICAL_CHECK_CU)
   exe = str(tmp_path / "categorical_check")
   subprocess.run([_nvcc(), "-std=c++17", f"-arch={arch}", "-O2", "-Xcompiler", "-mfma",
-                  "-I", FFI, str(src), os.path.join(FFI, "categorical_kernels.cu"),
+                  "-I", FFI, "-I", os.path.join(HERE, "cuda"), str(src),
+                  os.path.join(FFI, "categorical_kernels.cu"),
                   os.path.join(FFI, "launch_plan.cc"), "-o", exe], check=True)
   return exe
 

@@ -40,21 +40,10 @@ void Check(bool ok, const char* what, const char* detail = "") {
   if (!ok) ++g_failures;
 }
 
-uint32_t Bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
-uint64_t Bits(double x) {
-  uint64_t b;
-  std::memcpy(&b, &x, 8);
-  return b;
-}
-float FloatOf(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, 4);
-  return x;
-}
+// Bit casts: the ones gumbel.h uses (memcpy on the host, intrinsics on the device).
+using gumbel_detail::AsBits;
+using gumbel_detail::AsDouble;
+using gumbel_detail::AsFloat;
 
 // ulp of a float32 / float64 result whose exact value is `ref` (binade of ref).
 double UlpF32(double ref) { return std::ldexp(1.0, std::ilogb(ref) - 23); }
@@ -163,14 +152,14 @@ void TestUniformEdges() {
 // GumbelLogF32 over positive normal floats, GumbelLog1pF32 over x in (-1, 2^30].
 void TestLogF32(bool exhaustive) {
   const uint32_t stride = exhaustive ? 1 : 61;
-  const uint32_t lo_bits = Bits(FLT_MIN), hi_bits = Bits(FLT_MAX);
+  const uint32_t lo_bits = AsBits(FLT_MIN), hi_bits = AsBits(FLT_MAX);
   const uint64_t n = (hi_bits - lo_bits) / stride + 1;
   std::vector<MaxTracker> worst(64);
   ParallelFor(n, [&](uint64_t b, uint64_t e, int t) {
     MaxTracker w;
     for (uint64_t i = b; i < e; ++i) {
       const uint32_t bits = lo_bits + static_cast<uint32_t>(i * stride);
-      const float x = FloatOf(bits);
+      const float x = AsFloat(bits);
       const double ref = std::log(static_cast<double>(x));
       if (ref == 0) {
         if (GumbelLogF32(x) != 0.0f) w.Add(1e9, bits);
@@ -184,13 +173,13 @@ void TestLogF32(bool exhaustive) {
   for (auto& x : worst) w.Merge(x);
   char buf[160];
   std::snprintf(buf, sizeof buf, "max %.3f ulp at x = %a (%s, every %u-th positive normal float)",
-                w.value, FloatOf(static_cast<uint32_t>(w.where)),
+                w.value, AsFloat(static_cast<uint32_t>(w.where)),
                 exhaustive ? "exhaustive" : "sampled", stride);
   Check(w.value <= 2.0, "GumbelLogF32 vs double log <= 2 ulp", buf);
 
   // log1p: x = -(1 - 2^-24) .. -2^-60 and 2^-60 .. 2^30, and 0.
   const uint32_t step = exhaustive ? 1 : 31;
-  const uint32_t p0 = Bits(0x1p-60f), p1 = Bits(0x1p30f), n1 = Bits(1.0f - 0x1p-24f);
+  const uint32_t p0 = AsBits(0x1p-60f), p1 = AsBits(0x1p30f), n1 = AsBits(1.0f - 0x1p-24f);
   const uint64_t n_pos = (p1 - p0) / step + 1, n_neg = (n1 - p0) / step + 1;
   auto input = [&](uint64_t i) -> uint32_t {
     if (i < n_pos) return p0 + static_cast<uint32_t>(i * step);
@@ -201,7 +190,7 @@ void TestLogF32(bool exhaustive) {
     MaxTracker w1;
     for (uint64_t i = b; i < e; ++i) {
       const uint32_t xb = input(i);
-      const float x = FloatOf(xb);
+      const float x = AsFloat(xb);
       const double ref = std::log1p(static_cast<double>(x));
       const float got = GumbelLog1pF32(x);
       if (ref == 0) {
@@ -215,7 +204,7 @@ void TestLogF32(bool exhaustive) {
   w = MaxTracker();
   for (auto& x : worst) w.Merge(x);
   std::snprintf(buf, sizeof buf, "max %.3f ulp at x = %a (%" PRIu64 " inputs in (-1, 2^30])",
-                w.value, FloatOf(static_cast<uint32_t>(w.where)), n_pos + n_neg + 1);
+                w.value, AsFloat(static_cast<uint32_t>(w.where)), n_pos + n_neg + 1);
   Check(w.value <= 2.0, "GumbelLog1pF32 vs double log1p <= 2 ulp", buf);
 }
 
@@ -295,7 +284,7 @@ void NoiseRange(uint64_t first, uint64_t last_inclusive, uint32_t stride, NoiseS
     // Equal as values: where E rounds to exactly 1, G is +0 here and -0 in the composition (a
     // negated log(1)); the order key of a sum treats them alike. Everything else bit for bit.
     const float fused = GumbelFromBitsF32(b);
-    if (Bits(g) != Bits(fused) && !(g == 0 && fused == 0)) ++st->identity_violations;
+    if (AsBits(g) != AsBits(fused) && !(g == 0 && fused == 0)) ++st->identity_violations;
     st->zero_g += g == 0;
     const double ud = (static_cast<double>(b) + 0.5) * 0x1p-32;
     const double dd = (static_cast<double>(~b) + 0.5) * 0x1p-32;
@@ -462,20 +451,20 @@ void TestGroupEqualsElement() {
         const float one = GumbelNoiseF32(k[0], k[1], row, c);
         const GumbelF64x2 g64 = GumbelNoiseGroupF64(k[0], k[1], row, c / 2);
         const double one64 = GumbelNoiseF64(k[0], k[1], row, c);
-        mismatches += Bits(g.v[c % 4]) != Bits(one);
-        mismatches += Bits(g64.v[c % 2]) != Bits(one64);
+        mismatches += AsBits(g.v[c % 4]) != AsBits(one);
+        mismatches += AsBits(g64.v[c % 2]) != AsBits(one64);
         // and both equal the documented counter layout
         const Philox4x32Block b = Philox4x32_10(
             Philox4x32Block{
                 {c / 4, static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32), 0}},
             k[0], k[1]);
-        mismatches += Bits(GumbelFromBitsF32(b.v[c % 4])) != Bits(one);
+        mismatches += AsBits(GumbelFromBitsF32(b.v[c % 4])) != AsBits(one);
         const Philox4x32Block b2 = Philox4x32_10(
             Philox4x32Block{
                 {c / 2, static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32), 1}},
             k[0], k[1]);
         const uint64_t w = static_cast<uint64_t>(b2.v[2 * (c % 2) + 1]) << 32 | b2.v[2 * (c % 2)];
-        mismatches += Bits(GumbelFromBitsF64(w)) != Bits(one64);
+        mismatches += AsBits(GumbelFromBitsF64(w)) != AsBits(one64);
         checked += 4;
       }
   char buf[120];
@@ -521,8 +510,8 @@ void TestPinned() {
   };
   int bad = 0;
   for (const Pin& p : pins) {
-    const uint32_t g32 = Bits(GumbelNoiseF32(p.k0, p.k1, p.row, p.col));
-    const uint64_t g64 = Bits(GumbelNoiseF64(p.k0, p.k1, p.row, p.col));
+    const uint32_t g32 = AsBits(GumbelNoiseF32(p.k0, p.k1, p.row, p.col));
+    const uint64_t g64 = AsBits(GumbelNoiseF64(p.k0, p.k1, p.row, p.col));
     if (g32 != p.g32 || g64 != p.g64) {
       ++bad;
       std::printf("    key %08x %08x row %" PRIu64 " col %u: f32 %08x (pinned %08x) f64 %016" PRIx64
@@ -549,23 +538,23 @@ Digests ComputeDigests() {
   Digests d{0xCBF29CE484222325ull, 0xCBF29CE484222325ull, 0xCBF29CE484222325ull,
             0xCBF29CE484222325ull};
   for (uint64_t b = 0; b < (1ull << 32); b += 1021)
-    d.noise32 = mix(d.noise32, Bits(GumbelFromBitsF32(static_cast<uint32_t>(b))));
-  d.noise32 = mix(d.noise32, Bits(GumbelFromBitsF32(0xFFFFFFFFu)));
+    d.noise32 = mix(d.noise32, AsBits(GumbelFromBitsF32(static_cast<uint32_t>(b))));
+  d.noise32 = mix(d.noise32, AsBits(GumbelFromBitsF32(0xFFFFFFFFu)));
   for (uint64_t i = 0; i < (1u << 20); ++i) {
     const uint64_t b = i * 0x9E3779B97F4A7C15ull;  // spread over 64 bits
-    d.noise64 = mix(d.noise64, Bits(GumbelFromBitsF64(b)));
-    d.noise64 = mix(d.noise64, Bits(GumbelFromBitsF64(b >> (i % 64))));
+    d.noise64 = mix(d.noise64, AsBits(GumbelFromBitsF64(b)));
+    d.noise64 = mix(d.noise64, AsBits(GumbelFromBitsF64(b >> (i % 64))));
   }
-  for (uint32_t bb = Bits(FLT_MIN); bb < Bits(FLT_MAX); bb += 4093) {
-    d.log32 = mix(d.log32, Bits(GumbelLogF32(FloatOf(bb))));
-    if (FloatOf(bb) >= 0x1p-20f && FloatOf(bb) <= 0x1p100f)  // log1p's domain: 1 + x normal
-      d.log32 = mix(d.log32, Bits(GumbelLog1pF32(FloatOf(bb) - 1.0f)));
+  for (uint32_t bb = AsBits(FLT_MIN); bb < AsBits(FLT_MAX); bb += 4093) {
+    d.log32 = mix(d.log32, AsBits(GumbelLogF32(AsFloat(bb))));
+    if (AsFloat(bb) >= 0x1p-20f && AsFloat(bb) <= 0x1p100f)  // log1p's domain: 1 + x normal
+      d.log32 = mix(d.log32, AsBits(GumbelLog1pF32(AsFloat(bb) - 1.0f)));
   }
   for (uint64_t i = 0; i < (1u << 20); ++i) {
     uint64_t xb = (1 + (i * 2654435761u) % 2046) << 52 | ((i * 0x9E3779B97F4A7C15ull) >> 12);
     double x;
     std::memcpy(&x, &xb, 8);
-    d.log64 = mix(d.log64, Bits(GumbelLogF64(x)));
+    d.log64 = mix(d.log64, AsBits(GumbelLogF64(x)));
   }
   return d;
 }
@@ -668,8 +657,8 @@ int main(int argc, char** argv) {
           const uint32_t c = w.col;
           std::printf("    {0x%08xu, 0x%08xu, 0x%" PRIx64 "ull, %uu, 0x%08xu, 0x%016" PRIx64
                       "ull},\n",
-                      k[0], k[1], r, c, Bits(GumbelNoiseF32(k[0], k[1], r, c)),
-                      Bits(GumbelNoiseF64(k[0], k[1], r, c)));
+                      k[0], k[1], r, c, AsBits(GumbelNoiseF32(k[0], k[1], r, c)),
+                      AsBits(GumbelNoiseF64(k[0], k[1], r, c)));
       }
     return 0;
   }

@@ -43,40 +43,17 @@
 
 using namespace jax_argreduce;
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(2);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "cuda_check.h"  // CHECK(call)
 
 namespace {
 
 int g_failures = 0;
 uint64_t g_compared = 0;
 
-uint32_t Bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
-uint64_t Bits(double x) {
-  uint64_t b;
-  std::memcpy(&b, &x, 8);
-  return b;
-}
-float FloatOf(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, 4);
-  return x;
-}
-double DoubleOf(uint64_t b) {
-  double x;
-  std::memcpy(&x, &b, 8);
-  return x;
-}
+// Bit casts: the ones gumbel.h uses (memcpy on the host, intrinsics on the device).
+using gumbel_detail::AsBits;
+using gumbel_detail::AsDouble;
+using gumbel_detail::AsFloat;
 
 template <class T>
 T* ToDevice(const std::vector<T>& h) {
@@ -205,8 +182,8 @@ void CheckGrid() {
   std::vector<uint32_t> h32(n);
   std::vector<uint64_t> h64(n);
   for (int i = 0; i < n; ++i) {
-    h32[i] = Bits(GumbelNoiseF32(q[i].k0, q[i].k1, q[i].row, q[i].col));
-    h64[i] = Bits(GumbelNoiseF64(q[i].k0, q[i].k1, q[i].row, q[i].col));
+    h32[i] = AsBits(GumbelNoiseF32(q[i].k0, q[i].k1, q[i].row, q[i].col));
+    h64[i] = AsBits(GumbelNoiseF64(q[i].k0, q[i].k1, q[i].row, q[i].col));
   }
   auto where = [&](size_t i) {
     return Str("key %08x %08x row %" PRIu64 " col %u", q[i].k0, q[i].k1, q[i].row, q[i].col);
@@ -283,19 +260,19 @@ std::vector<uint64_t> DeviceMap64(Fn fn, const std::vector<uint64_t>& in) {
 
 uint32_t HostMap32(Fn fn, uint32_t b) {
   switch (fn) {
-    case kNoise32: return Bits(GumbelFromBitsF32(b));
-    case kBound32: return Bits(GumbelUpperBoundF32(b));
-    case kLog32: return Bits(GumbelLogF32(FloatOf(b)));
-    case kLog1p32: return Bits(GumbelLog1pF32(FloatOf(b)));
+    case kNoise32: return AsBits(GumbelFromBitsF32(b));
+    case kBound32: return AsBits(GumbelUpperBoundF32(b));
+    case kLog32: return AsBits(GumbelLogF32(AsFloat(b)));
+    case kLog1p32: return AsBits(GumbelLog1pF32(AsFloat(b)));
     default: return 0;
   }
 }
 uint64_t HostMap64(Fn fn, uint64_t b) {
   switch (fn) {
-    case kNoise64: return Bits(GumbelFromBitsF64(b));
-    case kBound64: return Bits(GumbelUpperBoundF64(b));
-    case kLog64: return Bits(GumbelLogF64(DoubleOf(b)));
-    case kLog1p64: return Bits(GumbelLog1pF64(DoubleOf(b)));
+    case kNoise64: return AsBits(GumbelFromBitsF64(b));
+    case kBound64: return AsBits(GumbelUpperBoundF64(b));
+    case kLog64: return AsBits(GumbelLogF64(AsDouble(b)));
+    case kLog1p64: return AsBits(GumbelLog1pF64(AsDouble(b)));
     default: return 0;
   }
 }
@@ -363,11 +340,11 @@ void CheckTransformsAndDigests() {
     // log32 digest interleaves log(x) and, where defined, log1p(x - 1).
     std::vector<uint32_t> xs, x1;
     std::vector<uint8_t> has1;
-    for (uint32_t bb = Bits(FLT_MIN); bb < Bits(FLT_MAX); bb += 4093) {
+    for (uint32_t bb = AsBits(FLT_MIN); bb < AsBits(FLT_MAX); bb += 4093) {
       xs.push_back(bb);
-      const bool ok = FloatOf(bb) >= 0x1p-20f && FloatOf(bb) <= 0x1p100f;
+      const bool ok = AsFloat(bb) >= 0x1p-20f && AsFloat(bb) <= 0x1p100f;
       has1.push_back(ok);
-      if (ok) x1.push_back(Bits(FloatOf(bb) - 1.0f));
+      if (ok) x1.push_back(AsBits(AsFloat(bb) - 1.0f));
     }
     std::vector<uint32_t> dl, dl1;
     CompareMap32("GumbelLogF32 device == host (digest set)", kLog32, xs, &dl);
@@ -394,11 +371,11 @@ void CheckTransformsAndDigests() {
 
   // More log inputs: a stride over all positive normal floats, log1p over (-1, 2^30].
   std::vector<uint32_t> logs;
-  for (uint32_t bb = Bits(FLT_MIN); bb < Bits(FLT_MAX); bb += 127) logs.push_back(bb);
+  for (uint32_t bb = AsBits(FLT_MIN); bb < AsBits(FLT_MAX); bb += 127) logs.push_back(bb);
   CompareMap32("GumbelLogF32 device == host (every 127th positive normal)", kLog32, logs);
   std::vector<uint32_t> log1ps;
-  for (uint32_t bb = Bits(0x1p-60f); bb <= Bits(0x1p30f); bb += 61) log1ps.push_back(bb);
-  for (uint32_t bb = Bits(0x1p-60f); bb <= Bits(1.0f - 0x1p-24f); bb += 61)
+  for (uint32_t bb = AsBits(0x1p-60f); bb <= AsBits(0x1p30f); bb += 61) log1ps.push_back(bb);
+  for (uint32_t bb = AsBits(0x1p-60f); bb <= AsBits(1.0f - 0x1p-24f); bb += 61)
     log1ps.push_back(bb | 0x80000000u);
   CompareMap32("GumbelLog1pF32 device == host (x in (-1, 2^30])", kLog1p32, log1ps);
   std::mt19937_64 rng(12345);
@@ -408,9 +385,9 @@ void CheckTransformsAndDigests() {
     const int shift = static_cast<int>(rng() % 64);
     b64.push_back(i % 4 == 0 ? r >> shift : i % 4 == 1 ? ~(r >> shift) : r);
     l64.push_back((1 + rng() % 2046) << 52 | (r >> 12));
-    double y = DoubleOf((1023 - 80 + rng() % 120) << 52 | (r >> 12));
+    double y = AsDouble((1023 - 80 + rng() % 120) << 52 | (r >> 12));
     if ((r & 1) && y < 1) y = -y;
-    l1p64.push_back(Bits(y));
+    l1p64.push_back(AsBits(y));
   }
   CompareMap64("GumbelFromBitsF64 device == host (2^22 patterns, tails)", kNoise64, b64);
   CompareMap64("GumbelLogF64 device == host", kLog64, l64);

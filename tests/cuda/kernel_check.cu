@@ -42,14 +42,7 @@
 
 using namespace jax_argreduce;
 
-#define CHECK(x)                                                                            \
-  do {                                                                                      \
-    cudaError_t e = (x);                                                                    \
-    if (e != cudaSuccess) {                                                                 \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__);   \
-      std::exit(2);                                                                         \
-    }                                                                                       \
-  } while (0)
+#include "cuda_check.h"  // CHECK(call)
 
 namespace {
 
