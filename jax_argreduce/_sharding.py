@@ -7,11 +7,13 @@ the call. This module decides, for one call, how it is split instead, from what 
   since jax 0.9). The primitive's lowering calls :func:`lower_partitioned`, which lowers a
   ``jax.shard_map`` over those axes: each device runs the handler on its own block. Row axes
   need nothing more (no collective). A split reduction axis gives each device its pair (value,
-  global index = shard position * shard width + local index); the ``[rows, shards]`` pairs are
-  exchanged by ONE all-gather of packed integer words and combined with the SPEC §1 order
-  (:func:`combine_pairs`). This is the path JAX documents for FFI calls (jax >= 0.11 docs,
-  "FFI / Sharding": a ``shard_map`` keyed on the sharding in the type); it serializes with
-  ``jax.export`` and keeps the persistent compilation cache.
+  local index); the ``[rows, shards]`` pairs are exchanged once (all-gathers of the value bits
+  and of the indices, which XLA's GPU combiner merges into ONE collective: no pack or unpack
+  kernel around it) and combined in one kernel (:func:`combine_pairs`, one variadic reduction
+  in the SPEC §1 order; global index = shard position * shard width + local index). This is
+  the path JAX documents for FFI calls (jax >= 0.11 docs, "FFI / Sharding": a ``shard_map``
+  keyed on the sharding in the type); it serializes with ``jax.export`` and keeps the
+  persistent compilation cache.
 * Inside a user's ``shard_map``, ``axis_name=`` says the reduction axis is split over that
   mesh axis: :func:`reduce_over_axis_name` (local handler + the same exchange and combine).
 * Mesh axes of type Auto (the sharding is only decided by the XLA partitioner, after lowering)
@@ -94,41 +96,29 @@ def _local_categorical(keys, logits, temperature, offsets, *, index_dtype, metho
 _BITS = {2: np.int16, 4: np.int32, 8: np.int64}
 
 
-def _word_dtype(value_dtype, index_dtype):
-  wide = max(np.dtype(value_dtype).itemsize, np.dtype(index_dtype).itemsize) == 8
-  return np.dtype(np.int64 if wide else np.int32)
-
-
-def _pack(values, indices):
-  """``[..., 2]`` integer words (value bits, index): one array, so one collective."""
-  word = _word_dtype(values.dtype, indices.dtype)
-  bits = lax.bitcast_convert_type(values, _BITS[values.dtype.itemsize])
-  return jnp.stack([bits.astype(word), indices.astype(word)], axis=-1)
-
-
-def _unpack(words, value_dtype, index_dtype):
-  bits = words[..., 0].astype(_BITS[np.dtype(value_dtype).itemsize])  # exact: was widened
-  return lax.bitcast_convert_type(bits, value_dtype), words[..., 1].astype(index_dtype)
-
-
-def _winner(values, is_min: bool):
-  """Per row, the position along the last axis of the winning pair under the SPEC §1 order,
-  for pairs whose indices increase along that axis (shards in position order): the largest
-  (smallest) order key, NaN above everything for argmax and argmin alike, -0 == +0; among
-  equal keys (ties, several NaNs) argmax's lowest position, i.e. the lowest global index."""
+def combine_pairs(values, indices, is_min: bool, *, with_value: bool = True):
+  """Combines ``[..., S]`` pairs per row into the global ``(value, index)`` (``with_value``
+  False: ``(None, index)``) under the SPEC §1 order: the largest (smallest) order key, NaN
+  above everything for argmax and argmin alike, -0 == +0; among equal keys (ties, several
+  NaNs) the lowest index. ONE variadic reduction over (key, index[, value bits]), so XLA emits
+  one kernel for the whole combine (with its producers fused in); the value travels as bits
+  (bit-exact: NaN payload, sign of zero)."""
   keys = _xla.ordered_key(values, is_min)
-  return lax.argmax(keys, keys.ndim - 1, np.int32)
+  operands = [keys, indices]
+  init = [np.array(np.iinfo(keys.dtype).min, keys.dtype),
+          np.array(np.iinfo(indices.dtype).max, indices.dtype)]
+  if with_value:
+    bits = lax.bitcast_convert_type(values, _BITS[values.dtype.itemsize])
+    operands.append(bits)
+    init.append(np.array(0, bits.dtype))
 
+  def better(a, b):
+    take_a = (a[0] > b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+    return tuple(lax.select(take_a, x, y) for x, y in zip(a, b))
 
-def _pick(a, pos):
-  return jnp.take_along_axis(a, pos[..., None], axis=-1)[..., 0]
-
-
-def combine_pairs(values, indices, is_min: bool):
-  """Combines ``[..., S]`` per-shard pairs (shard ``s`` holding lower global indices than shard
-  ``s + 1``) into the global ``(value, index)`` per row."""
-  pos = _winner(values, is_min)
-  return _pick(values, pos), _pick(indices, pos)
+  out = lax.reduce(tuple(operands), tuple(init), better, (values.ndim - 1,))
+  value = lax.bitcast_convert_type(out[2], values.dtype) if with_value else None
+  return value, out[1]
 
 
 def _all_gather_invariant(x, names, axis):
@@ -140,26 +130,49 @@ def _all_gather_invariant(x, names, axis):
     return lax.all_gather(x, names, axis=axis)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def _exchange(values, indices, names, is_min):
-  """Global (value, index) from this device's pair (``indices`` already global): one
-  all-gather of ``[..., 2]`` words over ``names`` (``[rows, shards, 2]`` gathered), then the
-  §1 combine. Differentiable in ``values`` (the winning shard's tangent)."""
-  words = _all_gather_invariant(_pack(values, indices), names, axis=values.ndim)
-  return combine_pairs(*_unpack(words, values.dtype, indices.dtype), is_min)
+def _gather_pairs(values, indices, names):
+  """``[..., S]`` values and indices of every shard of ``names`` (shard order), the values
+  moved as bits (exact). Two all-gathers in the HLO, which XLA's GPU combiner merges into one
+  collective of two operands (as it does for jnp.argmax's pairs): no packing kernel before
+  it, no unpacking after."""
+  bits = lax.bitcast_convert_type(values, _BITS[values.dtype.itemsize])
+  bits, indices = _all_gather_invariant((bits, indices), names, axis=values.ndim)
+  return lax.bitcast_convert_type(bits, values.dtype), indices
+
+
+def _shard_offsets(indices, width):
+  """``[..., S]`` local indices + the first global index of each shard ``s * width``."""
+  dtype = indices.dtype
+  pos = lax.broadcasted_iota(dtype, indices.shape, indices.ndim - 1)
+  return indices + pos * np.asarray(width, dtype)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _exchange(values, local, width, names, is_min, with_value):
+  """Global (value, index) from this device's pair (``local``: index within this device's
+  ``width`` columns): one exchange of the ``[rows, shards]`` pairs over ``names`` (shard
+  ``s`` holds global columns ``[s * width, (s + 1) * width)``), then the §1 combine, one
+  kernel. Differentiable in ``values`` (the winning shard's tangent)."""
+  all_values, all_local = _gather_pairs(values, local, names)
+  return combine_pairs(all_values, _shard_offsets(all_local, width),
+                       is_min, with_value=with_value)
 
 
 @_exchange.defjvp
-def _exchange_jvp(names, is_min, primals, tangents):
-  values, indices = primals
-  words = _all_gather_invariant(_pack(values, indices), names, axis=values.ndim)
-  all_values, all_indices = _unpack(words, values.dtype, indices.dtype)
-  pos = _winner(all_values, is_min)
-  out = (_pick(all_values, pos), _pick(all_indices, pos))
+def _exchange_jvp(width, names, is_min, with_value, primals, tangents):
+  values, local = primals
+  all_values, all_local = _gather_pairs(values, local, names)
+  glob = _shard_offsets(all_local, width)
+  value, index = combine_pairs(all_values, glob, is_min, with_value=with_value)
+  index_tangent = np.zeros(local.shape, jax.dtypes.float0)
+  if not with_value:
+    return (value, index), (None, index_tangent)
   # Only a differentiated program pays for this second (tangent) exchange.
   t_all = _all_gather_invariant(tangents[0], names, axis=values.ndim)
-  index_tangent = np.zeros(indices.shape, jax.dtypes.float0)
-  return out, (_pick(t_all, pos), index_tangent)
+  shards = lax.broadcasted_iota(index.dtype, t_all.shape, t_all.ndim - 1)
+  won = (index // np.asarray(width, index.dtype))[..., None] == shards
+  t_value = jnp.sum(jnp.where(won, t_all, jnp.zeros_like(t_all)), axis=-1)
+  return (value, index), (t_value, index_tangent)
 
 
 def _names(entry) -> tuple:
@@ -173,8 +186,7 @@ def _split_reduce(x, names, *, is_min, with_value, index_dtype, method):
   local pair, global index, one exchange, §1 combine. Returns ``[indices]`` or
   ``[values, indices]``."""
   values, local = _local_pairs(x, is_min, index_dtype=index_dtype, method=method)
-  offset = lax.axis_index(names).astype(index_dtype) * np.asarray(x.shape[-1], index_dtype)
-  value, index = _exchange(values, local + offset, names, is_min)
+  value, index = _exchange(values, local, x.shape[-1], names, is_min, with_value)
   return [value, index] if with_value else [index]
 
 
@@ -251,8 +263,7 @@ def categorical_over_axis_name(keys, logits, temperature, axis_name, *, index_dt
   offsets = jnp.stack([jnp.zeros((), np.int32), shard.astype(np.int32) * np.int32(cols)])
   values, local = _local_categorical(keys, logits, temperature, offsets,
                                      index_dtype=index_dtype, method=method)
-  offset = shard.astype(index_dtype) * np.asarray(cols, index_dtype)
-  _, index = _exchange(values, local + offset, names, False)
+  _, index = _exchange(values, local, cols, names, False, False)
   return index
 
 
@@ -460,8 +471,7 @@ def lower_categorical_partitioned(ctx, keys, logits, temperature, offsets, *, in
                                         run_t, head.reshape(runs)))
       values, index = values.reshape(local), index.reshape(local)
     if k_names:
-      index = index + col_off.astype(index_dtype)
-      values, index = _exchange(values, index, k_names, False)
+      values, index = _exchange(values, index, cols, k_names, False, True)
     return [values, index]
 
   fn = jax.shard_map(body, mesh=mesh, in_specs=(key_spec, _pspec(dims), t_spec, P()),
@@ -515,11 +525,14 @@ def flat_reduce(x, reduce_last, *, is_min: bool, with_value: bool, index_dtype):
   ``reduce_last(x)`` must return ``(values, indices)`` along the last axis."""
   values, indices = reduce_last(x)
   cols = x.shape[-1]
-  # The per-row pairs are tiny ([rows]): replicate them, then one more combine.
+  # The per-row pairs are tiny ([rows]): replicate them (values as bits: exact), then one
+  # more combine.
   mesh = typeof(x).sharding.mesh
-  words = _pack(values, indices.astype(index_dtype))  # one collective for both
-  words = jax.sharding.reshard(words, jax.sharding.NamedSharding(mesh, P()))
-  values, indices = _unpack(words.reshape(-1, 2), values.dtype, index_dtype)
+  bits = lax.bitcast_convert_type(values, _BITS[values.dtype.itemsize])
+  bits, indices = jax.sharding.reshard((bits, indices.astype(index_dtype)),
+                                       jax.sharding.NamedSharding(mesh, P()))
+  values = lax.bitcast_convert_type(bits, values.dtype).reshape(-1)
+  indices = indices.reshape(-1)
   rows = jnp.arange(values.shape[0], dtype=index_dtype)
   flat = rows * np.asarray(cols, index_dtype) + indices.astype(index_dtype)
   value, index = combine_pairs(values, flat, is_min)
