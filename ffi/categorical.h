@@ -96,7 +96,7 @@ struct GumbelKeyPolicy {
   bool temperature_per_row;
   // [2]: (row offset, column offset) of this call's block in the global logits (shards): a
   // row's counter is row offset + its position among its key's rows; a column's counter is
-  // column offset + column.
+  // column offset + column. nullptr: both zero (an unsharded call).
   const int32_t* offsets;
 
   struct Row {
@@ -195,18 +195,101 @@ struct GumbelKeyPolicy {
       return p;
     }
     template <int kN>
+    JAX_ARGREDUCE_HD static auto NoiseBitsAt(const Prepared<kN>& p, int j) {
+      const Philox4x32Block& block = p.block[j / kPerBlock];
+      if constexpr (F == Format::kF64) {
+        return GumbelBitsF64(block, j % kPerBlock);
+      } else {
+        return block.v[j % kPerBlock];
+      }
+    }
+
+    // warp_shares_row: every lane of the calling warp scans this row (the caller's threads per
+    // row are a multiple of 32), so the warp's best key is a valid skip threshold for all.
+    template <int kN>
     JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first,
-                                        const Prepared<kN>& p, Key& best,
-                                        int32_t& best_index) const {
-      for (int j = 0; j < kN; ++j) {
-        const Philox4x32Block& block = p.block[j / kPerBlock];
-        if constexpr (F == Format::kF64) {
-          VisitOne(elements[j], GumbelBitsF64(block, j % kPerBlock), first + j, best,
-                   best_index);
-        } else {
-          VisitOne(elements[j], block.v[j % kPerBlock], first + j, best, best_index);
+                                        const Prepared<kN>& p, Key& best, int32_t& best_index,
+                                        bool warp_shares_row) const {
+#if defined(__CUDA_ARCH__)
+      // Two passes, so a warp pays for the logs of its lanes' candidates, not of every column
+      // where some lane has one (a divergent branch per element ran the logs for nearly every
+      // element: with ~10% candidates per lane, 1 - 0.9^32 of the warp's steps; NOTES try 27).
+      // Pass 1: every element's scaled logit and its log-free bound; a candidate unless the
+      // bound key is <= this lane's best (lower columns: it wins ties) or < the warp's best
+      // (any column: a strictly larger key). Pass 2: rounds of one candidate per lane (its
+      // lowest column first, so the strict '>' keeps ties at the lowest column) until no lane
+      // has one left. Warm start: where no lane of the warp has a best yet (its first vector
+      // of the row: every element would be a candidate), each lane first takes its vector's
+      // first element exactly, so the warp's best bounds the rest.
+      using namespace gumbel_detail;
+      const unsigned mask = __activemask();
+      Key warp_best = best;
+      uint32_t done = 0;
+#if __CUDA_ARCH__ >= 800
+      if constexpr (sizeof(Key) == 4) {
+        if (warp_shares_row) {
+          warp_best = __reduce_max_sync(mask, best);
+          if (warp_best == KeyLimits<Key>::kLowest) {
+            const Noise logit = categorical_detail::Widen<F>(elements[0]);
+            const Noise a0 = categorical_detail::IsInf(logit) ? logit : Mul(logit, inv_t);
+            const Key key = KeyOf(Add(a0, GumbelFromBitsF32(NoiseBitsAt(p, 0))));
+            if (key > best) {
+              best = key;
+              best_index = first;
+            }
+            done = 1;
+            warp_best = __reduce_max_sync(mask, best);
+          }
         }
       }
+#endif
+      Noise a[kN];
+      uint32_t candidates = 0;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        const Noise logit = categorical_detail::Widen<F>(elements[j]);
+        a[j] = categorical_detail::IsInf(logit) ? logit : Mul(logit, inv_t);
+        Key bound;
+        if constexpr (F == Format::kF64) {
+          bound = KeyOf(Add(a[j], GumbelUpperBoundF64(NoiseBitsAt(p, j))));
+        } else {
+          bound = KeyOf(Add(a[j], GumbelUpperBoundF32(NoiseBitsAt(p, j))));
+        }
+        if (bound > best && bound >= warp_best) candidates |= 1u << j;
+      }
+      candidates &= ~done;
+      while (__any_sync(mask, candidates != 0)) {
+        if (candidates != 0) {
+          const int j = __ffs(candidates) - 1;
+          candidates &= candidates - 1;
+          Noise aj = a[0];
+          auto bits = NoiseBitsAt(p, 0);
+#pragma unroll
+          for (int k = 1; k < kN; ++k) {  // register selects, no dynamic indexing
+            if (k == j) {
+              aj = a[k];
+              bits = NoiseBitsAt(p, k);
+            }
+          }
+          Noise g;
+          if constexpr (F == Format::kF64) {
+            g = GumbelFromBitsF64(bits);
+          } else {
+            g = GumbelFromBitsF32(bits);
+          }
+          const Key key = KeyOf(Add(aj, g));
+          if (key > best) {
+            best = key;
+            best_index = first + j;
+          }
+        }
+      }
+#else
+      (void)warp_shares_row;
+      for (int j = 0; j < kN; ++j) {
+        VisitOne(elements[j], NoiseBitsAt(p, j), first + j, best, best_index);
+      }
+#endif
     }
 
     JAX_ARGREDUCE_HD Key operator()(Bits bits, int32_t col) const {
@@ -223,12 +306,12 @@ struct GumbelKeyPolicy {
     Row r;
     r.k0 = keys[2 * k];
     r.k1 = keys[2 * k + 1];
-    r.counter_row =
-        static_cast<uint64_t>(offsets[0]) + static_cast<uint64_t>(row - k * rows_per_key);
+    r.counter_row = static_cast<uint64_t>(offsets != nullptr ? offsets[0] : 0) +
+                    static_cast<uint64_t>(row - k * rows_per_key);
     r.inv_t = t == Noise(0) ? Noise(0) : categorical_detail::Reciprocal(t);
     // T == 0, or so small that 1/T overflows: the T -> 0 limit, plain argmax.
     r.greedy = t == Noise(0) || categorical_detail::IsInf(r.inv_t);
-    r.col_offset = static_cast<uint32_t>(offsets[1]);
+    r.col_offset = static_cast<uint32_t>(offsets != nullptr ? offsets[1] : 0);
     return r;
   }
 };

@@ -19,7 +19,7 @@ namespace jax_argreduce {
 // noisy_max[r] = that largest y (float32; float64 for float64 logits). `keys`: num_keys x 2
 // uint32 (rows = num_keys * rows_per_key); `temperature`: 1 or `rows` values of the noise's
 // type; `offsets`: two int32 in device memory, the (row, column) offsets of this block of the
-// global logits that enter the counter (categorical.h). `workspace`: kWorkspaceBytes.
+// global logits that enter the counter (categorical.h), or nullptr (both zero). `workspace`: kWorkspaceBytes.
 cudaError_t LaunchCategorical(cudaStream_t stream, int device, uint32_t counter_slot,
                               const PlanOptions& options, Format format,
                               const uint32_t* keys, int64_t num_keys,

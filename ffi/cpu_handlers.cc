@@ -66,7 +66,9 @@ ffi::Error CategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys, ffi::An
                         view->rows / sampler->num_keys,
                         static_cast<const typename Policy::Noise*>(temperature.untyped_data()),
                         sampler->temperature_per_row,
-                        static_cast<const int32_t*>(offsets.untyped_data())};
+                        sampler->has_offsets
+                            ? static_cast<const int32_t*>(offsets.untyped_data())
+                            : nullptr};
     ReduceRowsCpu(pool, static_cast<const typename Policy::Bits*>(view->data), view->rows,
                   view->cols, policy, epilogue, kCategoricalElementsPerTask);
   });
@@ -96,7 +98,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(CategoricalCpu, CategoricalCpuImpl,
                                   .Arg<ffi::AnyBuffer>()   // keys: [num_keys, 2] uint32
                                   .Arg<ffi::AnyBuffer>()   // logits: [..., cols] float array
                                   .Arg<ffi::AnyBuffer>()   // temperature: [1] or [rows]
-                                  .Arg<ffi::AnyBuffer>()   // offsets: [2] int32 (row, col)
+                                  .Arg<ffi::AnyBuffer>()   // offsets: [2] int32 (row, col), or [0]
                                   .Ret<ffi::AnyBuffer>()   // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>());  // indices: [...] int32 or int64
 

@@ -141,7 +141,8 @@ ffi::Error CategoricalCudaImpl(cudaStream_t stream, int32_t device, CallSiteStat
         stream, device, site->slot, CurrentPlanOptions(), view->format,
         static_cast<const uint32_t*>(keys.untyped_data()), sampler->num_keys, view->data,
         view->rows, view->cols, temperature.untyped_data(), sampler->temperature_per_row,
-        static_cast<const int32_t*>(offsets.untyped_data()), indices->untyped_data(),
+        sampler->has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr,
+        indices->untyped_data(),
         indices->element_type() == ffi::DataType::S64, noisy_max->untyped_data(),
         workspace->untyped_data(), workspace->size_bytes());
   });
@@ -187,7 +188,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(CategoricalCuda, CategoricalCudaImpl,
                                   .Arg<ffi::AnyBuffer>()      // keys: [num_keys, 2] uint32
                                   .Arg<ffi::AnyBuffer>()      // logits: [..., cols] floats
                                   .Arg<ffi::AnyBuffer>()      // temperature: [1] or [rows]
-                                  .Arg<ffi::AnyBuffer>()      // offsets: [2] int32 (row, col)
+                                  .Arg<ffi::AnyBuffer>()      // offsets: [2] int32 (row, col), or [0]
                                   .Ret<ffi::AnyBuffer>()      // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
                                   .Ret<ffi::AnyBuffer>(),     // workspace: uint8 bytes

@@ -66,10 +66,13 @@ inline xla::ffi::ErrorOr<RowView> DecodeRows(const xla::ffi::AnyBuffer& x,
 
 // The sampler's extra operands: keys [num_keys, 2] uint32 with rows a multiple of num_keys,
 // temperature (float32; float64 for float64 logits) of 1 or rows elements, two int32
-// offsets (row, column), and the noisy maxima (the temperature's dtype, one per row).
+// offsets (row, column) or none (zero offsets: an unsharded call; an empty operand, since XLA
+// would turn a constant [0, 0] into a broadcast kernel), and the noisy maxima (the
+// temperature's dtype, one per row).
 struct SamplerView {
   int64_t num_keys;
   bool temperature_per_row;
+  bool has_offsets;
 };
 
 inline xla::ffi::ErrorOr<SamplerView> DecodeSampler(const RowView& view,
@@ -87,7 +90,7 @@ inline xla::ffi::ErrorOr<SamplerView> DecodeSampler(const RowView& view,
       key_dims[0] < 1) {
     return invalid("keys must be uint32 [num_keys, 2]");
   }
-  SamplerView sampler{key_dims[0], false};
+  SamplerView sampler{key_dims[0], false, false};
   if (view.rows % sampler.num_keys != 0) {
     return invalid("rows (" + std::to_string(view.rows) + ") must be a multiple of num_keys (" +
                    std::to_string(sampler.num_keys) + ")");
@@ -99,9 +102,11 @@ inline xla::ffi::ErrorOr<SamplerView> DecodeSampler(const RowView& view,
                    "elements");
   }
   sampler.temperature_per_row = t_count != 1;
-  if (offsets.element_type() != ffi::DataType::S32 || offsets.element_count() != 2) {
-    return invalid("offsets must be two int32 (row offset, column offset)");
+  if (offsets.element_type() != ffi::DataType::S32 ||
+      (offsets.element_count() != 2 && offsets.element_count() != 0)) {
+    return invalid("offsets must be two int32 (row offset, column offset), or none");
   }
+  sampler.has_offsets = offsets.element_count() == 2;
   if (noisy_max.element_type() != noise_type ||
       static_cast<int64_t>(noisy_max.element_count()) != view.rows) {
     return invalid("noisy_max must have the temperature's dtype, one element per row");

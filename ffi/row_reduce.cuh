@@ -278,7 +278,8 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
             if (u * nthreads < remaining) {
               key_of.template VisitPrepared<kVec>(reinterpret_cast<const Bits*>(&buf[u]),
                                                   head + (v + u * nthreads) * kVec,
-                                                  prepared[u - u0], best, best_index);
+                                                  prepared[u - u0], best, best_index,
+                                                  nthreads % kWarpSize == 0);
             }
           }
         }

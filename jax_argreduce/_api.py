@@ -363,5 +363,5 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
     return _sharding.categorical_over_axis_name(keys, logits, t, axis_name,
                                                 index_dtype=index_dtype, method=method)
   _, indices = _primitives.categorical_last_axis(
-      keys, logits, t, jnp.zeros((2,), np.int32), index_dtype=index_dtype, method=method)
+      keys, logits, t, _primitives.NO_OFFSETS, index_dtype=index_dtype, method=method)
   return indices

@@ -173,10 +173,14 @@ def argreduce_last_axis(x, *, is_min: bool, with_value: bool, index_dtype,
 #   logits [*batch, cols];
 #   temperature [*batch] (per row) or [1] * n (float32; float64 for float64 logits);
 #   offsets int32 [2]: the (row, column) counters of this block's first row and column in the
-#     global logits (shards, _sharding), added to the handler's counters.
+#     global logits (shards, _sharding), added to the handler's counters; or int32 [0]
+#     (NO_OFFSETS): both zero. Unsharded calls pass the empty array: XLA turns a constant
+#     [0, 0] into a broadcast kernel (one more launch before the handler's).
 # The handler takes keys [num_keys, 2] and temperature [1] or [rows]: the lowering flattens them
 # (free), so up to there they keep the batch layout, and its sharding. Results: noisy_max
 # [*batch] (the temperature's dtype; the row's largest logit / T + G) and indices [*batch].
+
+NO_OFFSETS = np.zeros((0,), np.int32)
 
 categorical_p = Primitive("jax_argreduce_categorical")
 categorical_p.multiple_results = True
@@ -210,8 +214,9 @@ def _categorical_abstract_eval(keys, logits, temperature, offsets, *, index_dtyp
           or tuple(temperature.shape) == (1,) * len(batch)):
     raise TypeError(f"categorical_p: temperature must have shape {batch} or "
                     f"{(1,) * len(batch)}, got {temperature.str_short()}")
-  if offsets.shape != (2,) or offsets.dtype != np.int32:
-    raise TypeError(f"categorical_p: offsets must be int32[2], got {offsets.str_short()}")
+  if offsets.shape not in ((2,), (0,)) or offsets.dtype != np.int32:
+    raise TypeError(f"categorical_p: offsets must be int32[2] (or int32[0]: none), got "
+                    f"{offsets.str_short()}")
   # lax.argmax's rule: the row dimensions keep the logits' sharding (explicit mesh axes, manual
   # varying axes); categorical_last_axis makes every operand vary along the same manual axes.
   indices = jax.lax.argmax_p.abstract_eval(logits, axes=(logits.ndim - 1,),
@@ -247,8 +252,9 @@ def _categorical_xla(keys, logits, temperature, offsets, *, index_dtype):
   for d in reversed(range(n)):
     flat_row = flat_row + jax.lax.broadcasted_iota(np.uint32, shape, d) * np.uint32(stride)
     stride *= batch[d]
-  row = offsets[0].astype(np.uint32) + flat_row % np.uint32(per_key)
-  col = offsets[1].astype(np.uint32) + jax.lax.broadcasted_iota(np.uint32, shape, n)
+  row_off, col_off = (offsets[0], offsets[1]) if offsets.shape == (2,) else (0, 0)
+  row = jnp.asarray(row_off).astype(np.uint32) + flat_row % np.uint32(per_key)
+  col = jnp.asarray(col_off).astype(np.uint32) + jax.lax.broadcasted_iota(np.uint32, shape, n)
   key = jnp.broadcast_to(keys, (*batch, 2))
   k0 = jnp.broadcast_to(key[..., 0:1], shape)
   k1 = jnp.broadcast_to(key[..., 1:2], shape)

@@ -391,6 +391,12 @@ def _reshard(x, aval, mesh, spec):
   return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, spec))
 
 
+def _add_offsets(offsets, row, col):
+  """The call's ``offsets`` (int32 [2], or [0]: zero) plus this block's (row, col)."""
+  pair = jnp.stack([jnp.asarray(row), jnp.asarray(col)]).astype(np.int32)
+  return pair if offsets.shape == (0,) else offsets + pair
+
+
 def lower_categorical_partitioned(ctx, keys, logits, temperature, offsets, *, index_dtype,
                                   method: str = "auto"):
   """``lower_partitioned`` for categorical_p: where the logits' type splits them over explicit
@@ -451,7 +457,7 @@ def lower_categorical_partitioned(ctx, keys, logits, temperature, offsets, *, in
     tail = sum((start(d) * np.int32(strides[d]) for d in range(m, n)), np.int32(0))
     sample = functools.partial(_local_categorical, index_dtype=index_dtype, method=method)
     if m == j:  # one call: the block's rows of each key are consecutive counters
-      values, index = sample(kb, lb, tb, ob + jnp.stack([tail, col_off]).astype(np.int32))
+      values, index = sample(kb, lb, tb, _add_offsets(ob, tail, col_off))
     else:  # runs over dimensions m..: one call per index of dimensions ..m (sequential)
       runs = math.prod(local[:m])
       head = jnp.zeros(local[:m], np.int32)
@@ -464,7 +470,7 @@ def lower_categorical_partitioned(ctx, keys, logits, temperature, offsets, *, in
 
       def one_run(args):
         k, x, t, h = args
-        off = ob + jnp.stack([h + tail, col_off]).astype(np.int32)
+        off = _add_offsets(ob, h + tail, col_off)
         return sample(k, x, tb.reshape((1,) * (n - m)) if t is None else t, off)
 
       values, index = lax.map(one_run, (run_keys, lb.reshape(runs, *local[m:], lb.shape[-1]),

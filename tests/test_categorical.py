@@ -28,6 +28,7 @@ batch; vmap equals a loop; key impls and raw keys; errors; grad (float0); jax.ex
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import jax
@@ -589,6 +590,20 @@ def test_same_key_same_samples_eager_and_jit():
   np.testing.assert_array_equal(sample(key, x, temperature=np.ones(64, np.float32)), b)
   np.testing.assert_array_equal(sample(key, x, temperature=jnp.full((64,), 0.9)), a)
   assert (a != b).any()
+
+
+def test_unsharded_program_is_the_handler_call_alone():
+  """No XLA kernel before the handler's: an unsharded call passes no offsets (an empty
+  constant; a constant [0, 0] became a broadcast kernel, one more launch per step)."""
+  x = jnp.zeros((4, 1000), np.float32)
+  for t in (None, 0.7):
+    text = jax.jit(lambda k, v: jax_argreduce.categorical(k, v, temperature=t)).lower(
+        jax.random.key(0), x).compile().as_text()
+    ops = {m[1] for m in re.findall(r"^\s*(?:ROOT\s+)?%\S+\s*=\s*(.*?)\s+([a-z][\w-]*)\(",
+                                    text, re.M)}
+    assert "custom-call" in ops, text
+    assert ops <= {"parameter", "constant", "bitcast", "custom-call", "get-tuple-element",
+                   "tuple"}, (ops, text)
 
 
 def _agreement(a, b, v):

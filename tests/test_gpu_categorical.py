@@ -468,6 +468,7 @@ int main(int argc, char** argv) {
           int64_t num_keys;
           bool per_row_t, int64_idx;
           int32_t offsets[2];
+          bool null_offsets;  // zero offsets passed as nullptr (an unsharded call's [0] operand)
           void *d_x, *d_t, *d_keys, *d_off, *d_idx, *d_val;
         } L[2];
         for (int k = 0; k < 2; ++k) {
@@ -502,6 +503,7 @@ int main(int argc, char** argv) {
           l.int64_idx = rng() % 2;
           l.offsets[0] = (rng() % 2) ? 0 : static_cast<int32_t>(rng() % 1000);
           l.offsets[1] = (rng() % 2) ? 0 : static_cast<int32_t>(rng() % 1000);
+          l.null_offsets = l.offsets[0] == 0 && l.offsets[1] == 0 && rng() % 2;
           CHECK(cudaMalloc(&l.d_x, l.x.size()));
           CHECK(cudaMalloc(&l.d_t, l.t.size()));
           CHECK(cudaMalloc(&l.d_keys, l.keys.size() * 4));
@@ -521,7 +523,8 @@ int main(int argc, char** argv) {
           CHECK(LaunchCategorical(stream, device, /*counter_slot=*/3, options, f,
                                   static_cast<const uint32_t*>(l.d_keys), l.num_keys,
                                   static_cast<const uint8_t*>(l.d_x) + shift * w, c.rows, c.cols,
-                                  l.d_t, l.per_row_t, static_cast<const int32_t*>(l.d_off),
+                                  l.d_t, l.per_row_t,
+                                  l.null_offsets ? nullptr : static_cast<const int32_t*>(l.d_off),
                                   l.d_idx, l.int64_idx, l.d_val, d_ws, kWorkspaceBytes));
         }
         CHECK(cudaStreamSynchronize(stream));
