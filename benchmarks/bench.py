@@ -703,7 +703,8 @@ def run_chain(ctx: Ctx) -> dict:
       step = _div(span(c), K)
       delta = _sub(step, ref_step)
       kern = c.result["ours_us"] / K if c.result else None
-      ref_pick_est = delta + kern if delta is not None and kern else None
+      # step(ours) = rest + kern and step(ref) = rest + ref pick, so ref pick = kern - Δ.
+      ref_pick_est = kern - delta if delta is not None and kern else None
       shape = f"{g['rows']}x{g['cols']}"
       rows.append({
           "mode": "chain", "op": g["op"], "dtype": g["dtype"], "rows": g["rows"],
@@ -969,7 +970,7 @@ METHOD = {
              "[{D},V]), `tok = pick(logits)`, `h = 0.5*h + E[tok]` (a true dependency), one jitted "
              "program per case. Step = program span / K. Δ = step(ours) − step(ref). *our "
              "kernels* = device time per step of the events of our custom call (its kernels, "
-             "in the `jax_argreduce` namespace); *ref pick (est.)* = Δ + our kernels: what the "
+             "in the `jax_argreduce` namespace); *ref pick (est.)* = our kernels − Δ: what the "
              "reference's pick costs a step, assuming the rest of the step is unchanged. "
              "*isolated* = the same pick alone on [B, V] random-normal logits, same trace. "
              "Δ 11-30 = SPEC §3b's measurement of main on 2026-11-30.",

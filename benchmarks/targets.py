@@ -10,7 +10,7 @@ rows (µs unless named otherwise):
 - ``events``: device events per call of ours (kernels + memsets); ``pct_copy``: bytes read per
   span against the copy bandwidth measured in the same run;
 - ``pick_ratio`` (chain): our kernels' device time per step / the reference pick's estimated
-  device time per step (``delta_us`` + ours);
+  device time per step (ours − ``delta_us``);
 - ``collectives`` (sharded): collectives in our compiled module.
 
 Only ``impl == "ours"`` rows (method auto, no kernel variant) are judged. The numbers are H200
