@@ -15,7 +15,10 @@
 //
 // Skipping: G(bits) <= GumbelUpperBound(bits) (no log), and fl(a + G) <= fl(a + bound) by the
 // monotonicity of rounding, so an element whose bound key does not beat the running best
-// (which has a lower column: it wins ties) cannot win; its logs are not computed.
+// (which has a lower column: it wins ties) cannot win; its logs are not computed. On the GPU's
+// vector scan (VisitPrepared) the bound is also held against the best of the warp's lanes
+// where they scan the same row: an element whose bound key is strictly below another lane's
+// best (any column) cannot win or tie either.
 #ifndef JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 #define JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 

@@ -16,8 +16,10 @@
 // scan, the same split in two steps: CanPrepare(first_col) (uniform over a row),
 // Prepared<kN> Prepare<kN>(first_col) (the column-dependent work, computed ahead for
 // kPrepareChunk vectors) and VisitPrepared<kN>(elements, first_col, prepared, best, best_index,
-// warp_shares_row) (called by every lane that holds a vector, in one convergent step;
-// warp_shares_row: all lanes of the warp scan the same row, so warp-wide state may be shared).
+// warp_shares_row) (called by the lanes that hold a vector; they need not be converged: warp
+// operations over __activemask() only ever see lanes of this call, each of which finishes its
+// own work; warp_shares_row: all lanes of the warp scan the same row, so a warp-wide best is a
+// valid threshold for each).
 // Only kBitsOnly policies may take the vector shortcut (the best key of a 16-byte vector from a
 // NaN-propagating max over the elements' values, then its position found again by key): a
 // policy whose key depends on the column (the Gumbel-perturbed key of a sampler) cannot.

@@ -279,6 +279,8 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
               key_of.template VisitPrepared<kVec>(reinterpret_cast<const Bits*>(&buf[u]),
                                                   head + (v + u * nthreads) * kVec,
                                                   prepared[u - u0], best, best_index,
+                                                  // tid % 32 is the lane in every kernel here,
+                                                  // so 32 | nthreads: one row per warp
                                                   nthreads % kWarpSize == 0);
             }
           }

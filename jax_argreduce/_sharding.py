@@ -30,7 +30,8 @@ the call. This module decides, for one call, how it is split instead, from what 
 by (key, row counter, global column), so each block passes its global offsets to the handler
 (``offsets`` operand: first global row among its key's rows, first global column), and its
 "value" is the row's noisy maximum: a split vocabulary exchanges ``[rows, shards]`` (noisy
-maximum, global index) pairs once and combines them with the argmax order. Keys and per-row
+maximum, local index) pairs once and combines them with the argmax order (global index =
+shard position * shard width + local index, formed after the exchange). Keys and per-row
 temperatures are split with the rows (they are tiny; resharded to the rows' split if they come
 otherwise). Samples are the unsharded ones, index for index. Under Auto axes there is no exact
 XLA path with the same noise, so the handler call stays and XLA gathers the logits for it (the
@@ -183,7 +184,7 @@ def _names(entry) -> tuple:
 
 def _split_reduce(x, names, *, is_min, with_value, index_dtype, method):
   """The block of ``x`` on this device, its reduction axis split over mesh axes ``names``:
-  local pair, global index, one exchange, §1 combine. Returns ``[indices]`` or
+  local pair, one exchange, global indices, §1 combine (:func:`_exchange`). Returns ``[indices]`` or
   ``[values, indices]``."""
   values, local = _local_pairs(x, is_min, index_dtype=index_dtype, method=method)
   value, index = _exchange(values, local, x.shape[-1], names, is_min, with_value)
@@ -253,7 +254,7 @@ def categorical_over_axis_name(keys, logits, temperature, axis_name, *, index_dt
                                method: str = "auto"):
   """``categorical`` on this device's block of a vocabulary split over ``axis_name`` (inside a
   user's shard_map): noise keyed by the global column (column offset = block position * block
-  width), the local (noisy maximum, global index), one exchange, the §1 combine. Returns the
+  width), the local (noisy maximum, index), one exchange, the §1 combine. Returns the
   global indices (typed invariant along ``axis_name``). ``keys``/``temperature``: categorical_p
   operands for the local rows (the row counters are the local rows')."""
   names = _axis_names(logits, axis_name, "categorical")
@@ -402,7 +403,7 @@ def lower_categorical_partitioned(ctx, keys, logits, temperature, offsets, *, in
   """``lower_partitioned`` for categorical_p: where the logits' type splits them over explicit
   mesh axes, a shard_map over those axes in which each block samples with its global counters
   (so the sample is the unsharded one), and a split vocabulary exchanges its
-  ``[rows, shards]`` (noisy maximum, global index) pairs once. Else None: lower as usual
+  ``[rows, shards]`` (noisy maximum, local index) pairs once. Else None: lower as usual
   (under Auto axes XLA then gathers the logits for the handler call: exact).
 
   Row counters: a row's counter is its position among the rows of its key (one key: the global

@@ -483,6 +483,12 @@ int main(int argc, char** argv) {
               if (kind == 3 && i == c.cols / 2) v = NAN;             // one NaN
               if (kind == 4 && (i == 0 || i == c.cols - 1)) v = INFINITY;
               if (kind == 5) v = 1.5;                                // all equal
+              // Exact key ties across lanes and warps (the warp-threshold skip must keep the
+              // lowest column): all +inf; huge logits that absorb any noise (fl(1e30 + G) ==
+              // 1e30; float16: +inf) spread over the row; NaN at several columns.
+              if (kind == 6) v = INFINITY;
+              if (kind == 7 && i % 997 == 996) v = 1e30;
+              if (kind == 8 && i % 389 == 101) v = NAN;
               const uint64_t b = Encode(f, v);
               std::memcpy(l.x.data() + (shift + r * c.cols + i) * w, &b, w);
             }
