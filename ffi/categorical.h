@@ -115,27 +115,46 @@ struct GumbelKeyPolicy {
 
     static constexpr uint32_t kPerBlock = F == Format::kF64 ? 2 : 4;  // columns per Philox call
 
-    // One element: logit bits and its 32 (float64: 64) noise bits, column `col`.
-    template <class NoiseBits>
-    JAX_ARGREDUCE_HD void VisitOne(Bits element, NoiseBits bits, int32_t col, Key& best,
-                                   int32_t& best_index) const {
-      using namespace gumbel_detail;
-      // ±inf logits stay ±inf whatever 1/T is (T = inf would make them NaN).
+    // The logit times 1/T; ±inf logits stay ±inf whatever 1/T is (T = inf would make them NaN).
+    JAX_ARGREDUCE_HD Noise Scaled(Bits element) const {
       const Noise logit = categorical_detail::Widen<F>(element);
-      const Noise a = categorical_detail::IsInf(logit) ? logit : Mul(logit, inv_t);
-      Noise g;
+      return categorical_detail::IsInf(logit) ? logit : gumbel_detail::Mul(logit, inv_t);
+    }
+    // G of 32 (float64: 64) noise bits, and its log-free upper bound.
+    template <class NoiseBits>
+    JAX_ARGREDUCE_HD static Noise Gumbel(NoiseBits bits) {
       if constexpr (F == Format::kF64) {
-        if (KeyOf(Add(a, GumbelUpperBoundF64(bits))) <= best) return;
-        g = GumbelFromBitsF64(bits);
+        return GumbelFromBitsF64(bits);
       } else {
-        if (KeyOf(Add(a, GumbelUpperBoundF32(bits))) <= best) return;
-        g = GumbelFromBitsF32(bits);
+        return GumbelFromBitsF32(bits);
       }
-      const Key key = KeyOf(Add(a, g));
+    }
+    template <class NoiseBits>
+    JAX_ARGREDUCE_HD static Noise GumbelBound(NoiseBits bits) {
+      if constexpr (F == Format::kF64) {
+        return GumbelUpperBoundF64(bits);
+      } else {
+        return GumbelUpperBoundF32(bits);
+      }
+    }
+    // The key of y = a + G, taken if strictly better (the caller visits columns in order).
+    template <class NoiseBits>
+    JAX_ARGREDUCE_HD static void Take(Noise a, NoiseBits bits, int32_t col, Key& best,
+                                      int32_t& best_index) {
+      const Key key = KeyOf(gumbel_detail::Add(a, Gumbel(bits)));
       if (key > best) {
         best = key;
         best_index = col;
       }
+    }
+
+    // One element: logit bits and its noise bits, column `col`.
+    template <class NoiseBits>
+    JAX_ARGREDUCE_HD void VisitOne(Bits element, NoiseBits bits, int32_t col, Key& best,
+                                   int32_t& best_index) const {
+      const Noise a = Scaled(element);
+      if (KeyOf(gumbel_detail::Add(a, GumbelBound(bits))) <= best) return;
+      Take(a, bits, col, best, best_index);
     }
 
     // Visits kN consecutive elements from column `first` in increasing column order, keeping
@@ -233,13 +252,7 @@ struct GumbelKeyPolicy {
         if (warp_shares_row) {
           warp_best = __reduce_max_sync(mask, best);
           if (warp_best == KeyLimits<Key>::kLowest) {
-            const Noise logit = categorical_detail::Widen<F>(elements[0]);
-            const Noise a0 = categorical_detail::IsInf(logit) ? logit : Mul(logit, inv_t);
-            const Key key = KeyOf(Add(a0, GumbelFromBitsF32(NoiseBitsAt(p, 0))));
-            if (key > best) {
-              best = key;
-              best_index = first;
-            }
+            Take(Scaled(elements[0]), NoiseBitsAt(p, 0), first, best, best_index);
             done = 1;
             warp_best = __reduce_max_sync(mask, best);
           }
@@ -250,14 +263,8 @@ struct GumbelKeyPolicy {
       uint32_t candidates = 0;
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
-        const Noise logit = categorical_detail::Widen<F>(elements[j]);
-        a[j] = categorical_detail::IsInf(logit) ? logit : Mul(logit, inv_t);
-        Key bound;
-        if constexpr (F == Format::kF64) {
-          bound = KeyOf(Add(a[j], GumbelUpperBoundF64(NoiseBitsAt(p, j))));
-        } else {
-          bound = KeyOf(Add(a[j], GumbelUpperBoundF32(NoiseBitsAt(p, j))));
-        }
+        a[j] = Scaled(elements[j]);
+        const Key bound = KeyOf(Add(a[j], GumbelBound(NoiseBitsAt(p, j))));
         if (bound > best && bound >= warp_best) candidates |= 1u << j;
       }
       candidates &= ~done;
@@ -274,17 +281,7 @@ struct GumbelKeyPolicy {
               bits = NoiseBitsAt(p, k);
             }
           }
-          Noise g;
-          if constexpr (F == Format::kF64) {
-            g = GumbelFromBitsF64(bits);
-          } else {
-            g = GumbelFromBitsF32(bits);
-          }
-          const Key key = KeyOf(Add(aj, g));
-          if (key > best) {
-            best = key;
-            best_index = first + j;
-          }
+          Take(aj, bits, first + j, best, best_index);
         }
       }
 #else

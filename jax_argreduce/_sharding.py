@@ -162,9 +162,7 @@ def _exchange(values, local, width, names, is_min, with_value):
 @_exchange.defjvp
 def _exchange_jvp(width, names, is_min, with_value, primals, tangents):
   values, local = primals
-  all_values, all_local = _gather_pairs(values, local, names)
-  glob = _shard_offsets(all_local, width)
-  value, index = combine_pairs(all_values, glob, is_min, with_value=with_value)
+  value, index = _exchange(values, local, width, names, is_min, with_value)
   index_tangent = np.zeros(local.shape, jax.dtypes.float0)
   if not with_value:
     return (value, index), (None, index_tangent)
