@@ -107,6 +107,7 @@ struct GumbelKeyPolicy {
     uint64_t counter_row;  // the row's position among its key's rows
     Noise inv_t;
     bool greedy;           // T == 0: plain argmax of the logits
+    bool inv_t_positive;   // 1/T > 0 (not NaN): logit * (1/T) keeps ±inf by itself
     uint32_t col_offset;
 
     JAX_ARGREDUCE_HD static Key KeyOf(Noise y) {
@@ -119,6 +120,11 @@ struct GumbelKeyPolicy {
     JAX_ARGREDUCE_HD Noise Scaled(Bits element) const {
       const Noise logit = categorical_detail::Widen<F>(element);
       return categorical_detail::IsInf(logit) ? logit : gumbel_detail::Mul(logit, inv_t);
+    }
+    // Scaled where inv_t_positive: the same value without the infinity test (inf * (1/T) is
+    // inf for 1/T > 0, subnormal 1/T included: no flush to zero on this path).
+    JAX_ARGREDUCE_HD Noise ScaledPositive(Bits element) const {
+      return gumbel_detail::Mul(categorical_detail::Widen<F>(element), inv_t);
     }
     // G of 32 (float64: 64) noise bits, and its log-free upper bound.
     template <class NoiseBits>
@@ -198,7 +204,8 @@ struct GumbelKeyPolicy {
     // blocks), the noise of several vectors is generated first (independent Philox chains the
     // GPU overlaps) and then consumed with static word indices.
     JAX_ARGREDUCE_HD bool CanPrepare(int32_t first) const {
-      return !greedy && (col_offset + static_cast<uint32_t>(first)) % kPerBlock == 0;
+      return !greedy && inv_t_positive &&
+             (col_offset + static_cast<uint32_t>(first)) % kPerBlock == 0;
     }
     template <int kN>
     struct Prepared {
@@ -261,11 +268,30 @@ struct GumbelKeyPolicy {
 #endif
       Noise a[kN];
       uint32_t candidates = 0;
+      if constexpr (sizeof(Key) == 4) {
+        // The same test in float: with need = max(best + 1, warp_best) (warp_best >= best), "bound key >= need" is "!(fl(a + bound) < t)" for t the
+        // float whose key is need: order.h's key is monotone in the float order and gives +0
+        // and -0 one key, and a NaN sum (NaN key) passes "!(y < t)" as it must. Where need has
+        // no finite float (a NaN pattern: no best yet, or a best of +inf) every element passes,
+        // which is only more candidates. Nothing beats a best of NaN (ties keep the lower
+        // column): no candidates.
+        const bool open = best != KeyLimits<Key>::kNaN;
+        const Key need = !open ? best : best < warp_best ? warp_best : best + 1;
+        const float t = AsFloat(need >= 0 ? static_cast<uint32_t>(need)
+                                          : 0x80000000u | static_cast<uint32_t>(-need));
 #pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        a[j] = Scaled(elements[j]);
-        const Key bound = KeyOf(Add(a[j], GumbelBound(NoiseBitsAt(p, j))));
-        if (bound > best && bound >= warp_best) candidates |= 1u << j;
+        for (int j = 0; j < kN; ++j) {
+          a[j] = ScaledPositive(elements[j]);  // CanPrepare: 1/T > 0
+          const float y = Add(a[j], GumbelBound(NoiseBitsAt(p, j)));
+          if (open && !(y < t)) candidates |= 1u << j;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          a[j] = ScaledPositive(elements[j]);
+          const Key bound = KeyOf(Add(a[j], GumbelBound(NoiseBitsAt(p, j))));
+          if (bound > best && bound >= warp_best) candidates |= 1u << j;
+        }
       }
       candidates &= ~done;
       while (__any_sync(mask, candidates != 0)) {
@@ -311,6 +337,7 @@ struct GumbelKeyPolicy {
     r.inv_t = t == Noise(0) ? Noise(0) : categorical_detail::Reciprocal(t);
     // T == 0, or so small that 1/T overflows: the T -> 0 limit, plain argmax.
     r.greedy = t == Noise(0) || categorical_detail::IsInf(r.inv_t);
+    r.inv_t_positive = r.inv_t > Noise(0);
     r.col_offset = static_cast<uint32_t>(offsets != nullptr ? offsets[1] : 0);
     return r;
   }

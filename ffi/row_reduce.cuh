@@ -266,12 +266,11 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
 #pragma unroll
         for (int u0 = 0; u0 < kLoads; u0 += kChunk) {
           typename Policy::Row::template Prepared<kVec> prepared[kChunk];
+          // Unconditional (pure arithmetic, past the row's end too) so the compiler
+          // interleaves the kChunk independent chains instead of running them one by one.
 #pragma unroll
           for (int u = u0; u < u0 + kChunk; ++u) {
-            if (u * nthreads < remaining) {
-              prepared[u - u0] =
-                  key_of.template Prepare<kVec>(head + (v + u * nthreads) * kVec);
-            }
+            prepared[u - u0] = key_of.template Prepare<kVec>(head + (v + u * nthreads) * kVec);
           }
 #pragma unroll
           for (int u = u0; u < u0 + kChunk; ++u) {

@@ -499,9 +499,11 @@ int main(int argc, char** argv) {
           l.per_row_t = rng() % 2;
           const int64_t nt = l.per_row_t ? c.rows : 1;
           l.t.assign(nt * tw, 0);
-          const double temps[] = {0.0, 0.5, 1.0, 2.3, 0.05, 1.7};
+          // T == 0 (argmax), ordinary T, and T where 1/T is not > 0 (inf, negative, NaN: the
+          // general scan, not the prepared one) or subnormal (3e38, float32).
+          const double temps[] = {0.0, 0.5, 1.0, 2.3, 0.05, 1.7, INFINITY, 3e38, -1.0, NAN};
           for (int64_t r = 0; r < nt; ++r) {
-            const double tv = temps[rng() % 6];
+            const double tv = temps[rng() % 10];
             if (f64) std::memcpy(l.t.data() + r * 8, &tv, 8);
             const float tf = static_cast<float>(tv);
             if (!f64) std::memcpy(l.t.data() + r * 4, &tf, 4);
