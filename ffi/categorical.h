@@ -69,6 +69,18 @@ JAX_ARGREDUCE_HD double Reciprocal(double t) {
 #endif
 }
 
+// max with NaN propagation (a NaN operand gives a NaN); which zero of -0/+0 is returned does
+// not matter to its callers.
+JAX_ARGREDUCE_HD float MaxNaN(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+#else
+  return a != a || a > b ? a : b;  // b NaN: b
+#endif
+}
+
 JAX_ARGREDUCE_HD bool IsInf(float x) {
   return (gumbel_detail::AsBits(x) & 0x7FFFFFFFu) == 0x7F800000u;
 }
@@ -84,10 +96,11 @@ struct GumbelKeyPolicy {
   static constexpr bool kBitsOnly = false;  // the key depends on the column
   static constexpr bool kIsMinOrder = false;
   using Bits = typename FormatTraits<F>::Bits;
-  // CUDA: vectors prepared ahead at once (4 Philox blocks: 16 registers), and a register cap
-  // of 128 per thread (2 resident 256-thread blocks per SM; a cap of 80 spilled and measured
-  // no faster, NOTES.md try 24), which also marks the policy compute-bound for the planner.
-  static constexpr int kPrepareChunk = sizeof(Bits) == 2 ? 2 : 4;
+  // CUDA: vectors prepared and visited as one chunk (16 elements, 4 Philox blocks; float16: 8,
+  // its widening is longer and 16 spilled), and a register cap of 128 per thread (2 resident
+  // 256-thread blocks per SM; a cap of 80 spilled and measured no faster, NOTES.md try 24),
+  // which also marks the policy compute-bound for the planner.
+  static constexpr int kPrepareChunk = F == Format::kF16 ? 1 : sizeof(Bits) == 2 ? 2 : 4;
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr Format kNoiseFormat = F == Format::kF64 ? Format::kF64 : Format::kF32;
   using Noise = std::conditional_t<F == Format::kF64, double, float>;
@@ -201,30 +214,43 @@ struct GumbelKeyPolicy {
 
     // The vector scan's fast path (row_reduce.cuh), same results as Visit: when the row's
     // vectors start on Philox block boundaries (uniform over a row: a vector holds whole
-    // blocks), the noise of several vectors is generated first (independent Philox chains the
-    // GPU overlaps) and then consumed with static word indices.
+    // blocks), the noise of a chunk of kCount vectors (kVec elements each, `stride` columns
+    // apart: one thread's loads of one round) is generated first (independent Philox chains the
+    // GPU overlaps) and then the chunk is visited at once, with static word indices.
     JAX_ARGREDUCE_HD bool CanPrepare(int32_t first) const {
       return !greedy && inv_t_positive &&
              (col_offset + static_cast<uint32_t>(first)) % kPerBlock == 0;
     }
-    template <int kN>
+    template <int kVec, int kCount>
     struct Prepared {
-      static_assert(kN % kPerBlock == 0, "a vector holds whole Philox blocks");
-      Philox4x32Block block[kN / kPerBlock];
+      static_assert(kVec % kPerBlock == 0, "a vector holds whole Philox blocks");
+      Philox4x32Block block[kVec * kCount / kPerBlock];
     };
-    template <int kN>
-    JAX_ARGREDUCE_HD Prepared<kN> Prepare(int32_t first) const {  // CanPrepare(first)
-      Prepared<kN> p;
-      const uint32_t block0 = (col_offset + static_cast<uint32_t>(first)) / kPerBlock;
-      for (int b = 0; b < kN / static_cast<int>(kPerBlock); ++b) {
-        p.block[b] = F == Format::kF64
-                         ? GumbelBitsPairF64(k0, k1, counter_row, block0 + b)
-                         : GumbelBitsGroupF32(k0, k1, counter_row, block0 + b);
+    template <int kVec, int kCount>
+    JAX_ARGREDUCE_HD Prepared<kVec, kCount> Prepare(int32_t first, int32_t stride) const {
+      Prepared<kVec, kCount> p;  // CanPrepare(first); stride is a multiple of kVec
+      for (int u = 0; u < kCount; ++u) {
+        const uint32_t block0 =
+            (col_offset + static_cast<uint32_t>(first + u * stride)) / kPerBlock;
+        for (int b = 0; b < kVec / static_cast<int>(kPerBlock); ++b) {
+          p.block[u * (kVec / kPerBlock) + b] =
+              F == Format::kF64 ? GumbelBitsPairF64(k0, k1, counter_row, block0 + b)
+                                : GumbelBitsGroupF32(k0, k1, counter_row, block0 + b);
+        }
       }
       return p;
     }
-    template <int kN>
-    JAX_ARGREDUCE_HD static auto NoiseBitsAt(const Prepared<kN>& p, int j) {
+    // Vector u of a chunk's prepared work.
+    template <int kVec, int kCount>
+    JAX_ARGREDUCE_HD static Prepared<kVec, 1> Vector(const Prepared<kVec, kCount>& p, int u) {
+      Prepared<kVec, 1> one;
+      for (int b = 0; b < kVec / static_cast<int>(kPerBlock); ++b) {
+        one.block[b] = p.block[u * (kVec / kPerBlock) + b];
+      }
+      return one;
+    }
+    template <int kVec, int kCount>
+    JAX_ARGREDUCE_HD static auto NoiseBitsAt(const Prepared<kVec, kCount>& p, int j) {
       const Philox4x32Block& block = p.block[j / kPerBlock];
       if constexpr (F == Format::kF64) {
         return GumbelBitsF64(block, j % kPerBlock);
@@ -233,22 +259,29 @@ struct GumbelKeyPolicy {
       }
     }
 
-    // warp_shares_row: every lane of the calling warp scans this row (the caller's threads per
-    // row are a multiple of 32), so the warp's best key is a valid skip threshold for all.
-    template <int kN>
-    JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first,
-                                        const Prepared<kN>& p, Key& best, int32_t& best_index,
-                                        bool warp_shares_row) const {
+    // Visits the first `count` (1..kCount) vectors of a chunk: elements[u * kVec + i] is at
+    // column first + u * stride + i (increasing with the element's position, as Visit needs).
+    // Elements of the vectors past `count` must be readable (the caller zeroes them); they are
+    // never taken. warp_shares_row: every lane of the calling warp scans this row (the
+    // caller's threads per row are a multiple of 32), so the warp's best key is a valid skip
+    // threshold for all.
+    template <int kVec, int kCount>
+    JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first, int32_t stride,
+                                        int count, const Prepared<kVec, kCount>& p, Key& best,
+                                        int32_t& best_index, bool warp_shares_row) const {
+      constexpr int kN = kVec * kCount;
+      static_assert(kN <= 32, "one candidate bit per element");
+      auto column = [&](int j) { return first + (j / kVec) * stride + j % kVec; };
 #if defined(__CUDA_ARCH__)
       // Two passes, so a warp pays for the logs of its lanes' candidates, not of every column
       // where some lane has one (a divergent branch per element ran the logs for nearly every
-      // element: with ~10% candidates per lane, 1 - 0.9^32 of the warp's steps; NOTES try 27).
+      // element: with ~10% candidates per lane, 1 - 0.9^32 of the warp's steps; NOTES try 28).
       // Pass 1: every element's scaled logit and its log-free bound; a candidate unless the
       // bound key is <= this lane's best (lower columns: it wins ties) or < the warp's best
       // (any column: a strictly larger key). Pass 2: rounds of one candidate per lane (its
       // lowest column first, so the strict '>' keeps ties at the lowest column) until no lane
       // has one left. Warm start: where no lane of the warp has a best yet (its first vector
-      // of the row: every element would be a candidate), each lane first takes its vector's
+      // of the row: every element would be a candidate), each lane first takes its chunk's
       // first element exactly, so the warp's best bounds the rest.
       using namespace gumbel_detail;
       const unsigned mask = __activemask();
@@ -266,54 +299,76 @@ struct GumbelKeyPolicy {
         }
       }
 #endif
-      Noise a[kN];
       uint32_t candidates = 0;
       if constexpr (sizeof(Key) == 4) {
-        // The same test in float: with need = max(best + 1, warp_best) (warp_best >= best), "bound key >= need" is "!(fl(a + bound) < t)" for t the
-        // float whose key is need: order.h's key is monotone in the float order and gives +0
-        // and -0 one key, and a NaN sum (NaN key) passes "!(y < t)" as it must. Where need has
-        // no finite float (a NaN pattern: no best yet, or a best of +inf) every element passes,
-        // which is only more candidates. Nothing beats a best of NaN (ties keep the lower
-        // column): no candidates.
+        // The same test in float: with need = max(best + 1, warp_best) (warp_best >= best),
+        // "bound key >= need" is "!(fl(a + bound) < t)" for t the float whose key is need:
+        // order.h's key is monotone in the float order and gives +0 and -0 one key, and a NaN
+        // sum (NaN key) passes "!(y < t)" as it must. Where need has no finite float (a NaN
+        // pattern: no best yet, or a best of +inf) every element passes, which is only more
+        // candidates. Nothing beats a best of NaN (ties keep the lower column): no candidates.
         const bool open = best != KeyLimits<Key>::kNaN;
         const Key need = !open ? best : best < warp_best ? warp_best : best + 1;
         const float t = AsFloat(need >= 0 ? static_cast<uint32_t>(need)
                                           : 0x80000000u | static_cast<uint32_t>(-need));
+        // First for the whole chunk: its largest logit (NaN-propagating) scaled, plus the
+        // bound of its largest noise bits. Scaling by 1/T > 0, the bound (non-decreasing in
+        // the bits) and rounded addition are monotone, so no element's sum exceeds this one;
+        // below t, no element is a candidate (the common case once a row has a good best).
+        float logit_max[kN];
+        uint32_t bits_max[kN];
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
-          a[j] = ScaledPositive(elements[j]);  // CanPrepare: 1/T > 0
-          const float y = Add(a[j], GumbelBound(NoiseBitsAt(p, j)));
-          if (open && !(y < t)) candidates |= 1u << j;
+          logit_max[j] = categorical_detail::Widen<F>(elements[j]);
+          bits_max[j] = NoiseBitsAt(p, j);
+        }
+#pragma unroll
+        for (int w = 1; w < kN; w *= 2) {  // a tree: independent steps, not one long chain
+#pragma unroll
+          for (int j = 0; j + w < kN; j += 2 * w) {
+            logit_max[j] = categorical_detail::MaxNaN(logit_max[j], logit_max[j + w]);
+            bits_max[j] = max(bits_max[j], bits_max[j + w]);
+          }
+        }
+        if (open && !(Add(Mul(logit_max[0], inv_t), GumbelBound(bits_max[0])) < t)) {
+#pragma unroll
+          for (int j = 0; j < kN; ++j) {
+            const float y = Add(ScaledPositive(elements[j]), GumbelBound(NoiseBitsAt(p, j)));
+            if (!(y < t)) candidates |= 1u << j;
+          }
         }
       } else {
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
-          a[j] = ScaledPositive(elements[j]);
-          const Key bound = KeyOf(Add(a[j], GumbelBound(NoiseBitsAt(p, j))));
+          const Key bound =
+              KeyOf(Add(ScaledPositive(elements[j]), GumbelBound(NoiseBitsAt(p, j))));
           if (bound > best && bound >= warp_best) candidates |= 1u << j;
         }
       }
+      if (count < kCount) candidates &= (1u << (count * kVec)) - 1u;
       candidates &= ~done;
       while (__any_sync(mask, candidates != 0)) {
         if (candidates != 0) {
           const int j = __ffs(candidates) - 1;
           candidates &= candidates - 1;
-          Noise aj = a[0];
+          Bits element = elements[0];
           auto bits = NoiseBitsAt(p, 0);
+          int32_t col = first;
 #pragma unroll
           for (int k = 1; k < kN; ++k) {  // register selects, no dynamic indexing
             if (k == j) {
-              aj = a[k];
+              element = elements[k];
               bits = NoiseBitsAt(p, k);
+              col = column(k);
             }
           }
-          Take(aj, bits, first + j, best, best_index);
+          Take(ScaledPositive(element), bits, col, best, best_index);
         }
       }
 #else
       (void)warp_shares_row;
-      for (int j = 0; j < kN; ++j) {
-        VisitOne(elements[j], NoiseBitsAt(p, j), first + j, best, best_index);
+      for (int j = 0; j < count * kVec; ++j) {
+        VisitOne(elements[j], NoiseBitsAt(p, j), column(j), best, best_index);
       }
 #endif
     }

@@ -13,10 +13,12 @@
 //   Row::Visit<kN>(const Bits* elements, int32_t first_col, Key& best, int32_t& best_index)
 // which folds kN consecutive elements into a running best in column order (so a policy can
 // share work between columns, or skip elements that cannot win), and, for the CUDA vector
-// scan, the same split in two steps: CanPrepare(first_col) (uniform over a row),
-// Prepared<kN> Prepare<kN>(first_col) (the column-dependent work, computed ahead for
-// kPrepareChunk vectors) and VisitPrepared<kN>(elements, first_col, prepared, best, best_index,
-// warp_shares_row) (called by the lanes that hold a vector; they need not be converged: warp
+// scan, the same split in two steps over a chunk of kPrepareChunk vectors of kVec elements
+// (one thread's loads of a round, `stride` columns apart): CanPrepare(first_col) (uniform over
+// a row), Prepared<kVec, kCount> Prepare<kVec, kCount>(first_col, stride) (the column-dependent
+// work, computed ahead) and VisitPrepared<kVec, kCount>(elements, first_col, stride, count,
+// prepared, best, best_index, warp_shares_row) (the first `count` vectors are real; called by
+// the lanes that hold a chunk; they need not be converged: warp
 // operations over __activemask() only ever see lanes of this call, each of which finishes its
 // own work; warp_shares_row: all lanes of the warp scan the same row, so a warp-wide best is a
 // valid threshold for each).

@@ -163,7 +163,7 @@ __device__ __forceinline__ typename Policy::Key VectorKey(const Vec& v,
 // loaded in the thread's last round (the split path's threads read one round), instead of
 // loading its vector again (a second dependent trip to memory, ~0.5 us); other kernels reload,
 // since keeping the buffer live costs registers where occupancy is register-bound.
-template <class Policy, int kLoads, bool kKeepLastRound = false>
+template <class Policy, int kLoads, bool kKeepLastRound = false, bool kVisitChunks = false>
 __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     const typename Policy::Bits* row, int32_t cols, int32_t tid, int32_t nthreads,
     const typename Policy::Row& key_of) {
@@ -249,38 +249,51 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
   } else {
     // The key depends on the column: the policy visits a vector's elements together (e.g. one
     // generator call for several columns), updating this thread's running best. Where the
-    // policy can prepare the column-dependent work of a vector ahead (CanPrepare: uniform over
-    // a row), it does so for kChunk vectors at once, then visits them: independent work the
-    // GPU overlaps (e.g. the sampler's Philox chains), kChunk bounding the registers held.
+    // policy can prepare the column-dependent work ahead (CanPrepare: uniform over a row), it
+    // does so for a chunk of kChunk vectors at once (independent work the GPU overlaps, e.g.
+    // the sampler's Philox chains; kChunk bounds the registers held), then visits the chunk.
     static_assert(kLoads % Policy::kPrepareChunk == 0 || kLoads < Policy::kPrepareChunk);
     constexpr int kChunk = kLoads < Policy::kPrepareChunk ? kLoads : Policy::kPrepareChunk;
     const bool prepare = key_of.CanPrepare(head);
+    const int32_t stride = nthreads * kVec;  // columns between one thread's vectors of a round
     for (int32_t v = tid; v < num_vecs;) {
       const int32_t remaining = num_vecs - v;  // >= 1
       Vec buf[kLoads];
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
-        if (u * nthreads < remaining) buf[u] = LoadVec(vecs + v + u * nthreads);
+        // Vectors past the row's end are zeros: a chunk visit reads but never takes them.
+        buf[u] = u * nthreads < remaining ? LoadVec(vecs + v + u * nthreads) : Vec{};
       }
       if (prepare) {
 #pragma unroll
         for (int u0 = 0; u0 < kLoads; u0 += kChunk) {
-          typename Policy::Row::template Prepared<kVec> prepared[kChunk];
-          // Unconditional (pure arithmetic, past the row's end too) so the compiler
-          // interleaves the kChunk independent chains instead of running them one by one.
+          if (u0 * nthreads < remaining) {
+            const int32_t first = head + (v + u0 * nthreads) * kVec;
+            // Unconditional for the whole chunk (pure arithmetic, past the row's end too) so
+            // the compiler interleaves the chains.
+            const auto prepared = key_of.template Prepare<kVec, kChunk>(first, stride);
+            // tid % 32 is the lane in every kernel here, so 32 | nthreads: one row per warp
+            const bool warp_shares_row = nthreads % kWarpSize == 0;
+            if constexpr (kVisitChunks) {
+              // The chunk at once (kVisitChunks: kernels whose threads scan long rows, where a
+              // row's best is good early and most chunks fail the policy's chunk-wide test).
+              const int32_t left = (remaining - u0 * nthreads + nthreads - 1) / nthreads;
+              const int count = left < kChunk ? static_cast<int>(left) : kChunk;
+              key_of.template VisitPrepared<kVec, kChunk>(
+                  reinterpret_cast<const Bits*>(&buf[u0]), first, stride, count, prepared,
+                  best, best_index, warp_shares_row);
+            } else {
+              // Vector by vector: a thread with few vectors of a row (the split path) bounds
+              // each vector by the best of the ones before.
 #pragma unroll
-          for (int u = u0; u < u0 + kChunk; ++u) {
-            prepared[u - u0] = key_of.template Prepare<kVec>(head + (v + u * nthreads) * kVec);
-          }
-#pragma unroll
-          for (int u = u0; u < u0 + kChunk; ++u) {
-            if (u * nthreads < remaining) {
-              key_of.template VisitPrepared<kVec>(reinterpret_cast<const Bits*>(&buf[u]),
-                                                  head + (v + u * nthreads) * kVec,
-                                                  prepared[u - u0], best, best_index,
-                                                  // tid % 32 is the lane in every kernel here,
-                                                  // so 32 | nthreads: one row per warp
-                                                  nthreads % kWarpSize == 0);
+              for (int u = u0; u < u0 + kChunk; ++u) {
+                if (u * nthreads < remaining) {
+                  key_of.template VisitPrepared<kVec, 1>(
+                      reinterpret_cast<const Bits*>(&buf[u]), first + (u - u0) * stride, stride,
+                      1, Policy::Row::Vector(prepared, u - u0), best, best_index,
+                      warp_shares_row);
+                }
+              }
             }
           }
         }
@@ -341,8 +354,8 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
   constexpr int kLoads = Policy::kMinBlocksPerSm > 1 ? kInFlight : kBlockInFlight;
   GridDependencyWait();
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    auto p = ScanRow<Policy, kLoads>(x + row * cols, cols, threadIdx.x, kBlockThreads,
-                                             policy.ForRow(row));
+    auto p = ScanRow<Policy, kLoads, false, true>(x + row * cols, cols, threadIdx.x,
+                                                  kBlockThreads, policy.ForRow(row));
     p = BlockReduce<kBlockThreads>(p);
     if (threadIdx.x == 0) epilogue(row, p, x + row * cols);
   }
