@@ -69,18 +69,6 @@ JAX_ARGREDUCE_HD double Reciprocal(double t) {
 #endif
 }
 
-// max with NaN propagation (a NaN operand gives a NaN); which zero of -0/+0 is returned does
-// not matter to its callers.
-JAX_ARGREDUCE_HD float MaxNaN(float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-#else
-  return a != a || a > b ? a : b;  // b NaN: b
-#endif
-}
-
 JAX_ARGREDUCE_HD bool IsInf(float x) {
   return (gumbel_detail::AsBits(x) & 0x7FFFFFFFu) == 0x7F800000u;
 }
@@ -326,7 +314,7 @@ struct GumbelKeyPolicy {
         for (int w = 1; w < kN; w *= 2) {  // a tree: independent steps, not one long chain
 #pragma unroll
           for (int j = 0; j + w < kN; j += 2 * w) {
-            logit_max[j] = categorical_detail::MaxNaN(logit_max[j], logit_max[j + w]);
+            logit_max[j] = MaxNaNF32(logit_max[j], logit_max[j + w]);
             bits_max[j] = max(bits_max[j], bits_max[j + w]);
           }
         }

@@ -110,6 +110,30 @@ constexpr int FormatBytes(Format format) {
   return format == Format::kF64 ? 8 : format == Format::kF32 ? 4 : 2;
 }
 
+// NaN-propagating max/min in the elements' own format (a NaN operand gives a NaN: the order's
+// "NaN above everything"; which of -0/+0 survives is left open, they share a key). No .ftz:
+// subnormals compare exactly. Device code only; float32 max on every architecture, the rest
+// from sm_80 (the instructions' first architecture).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define JAX_ARGREDUCE_NAN_MINMAX(name, op, type, cons)                          \
+  __device__ __forceinline__ type name(type a, type b) {                        \
+    type d;                                                                     \
+    asm(op " %0, %1, %2;" : "=" cons(d) : cons(a), cons(b));                    \
+    return d;                                                                   \
+  }
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF32, "max.NaN.f32", float, "f")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNF32, "min.NaN.f32", float, "f")
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNBF16x2, "max.NaN.bf16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNBF16x2, "min.NaN.bf16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF16x2, "max.NaN.f16x2", uint32_t, "r")
+JAX_ARGREDUCE_NAN_MINMAX(MinNaNF16x2, "min.NaN.f16x2", uint32_t, "r")
+#undef JAX_ARGREDUCE_NAN_MINMAX
+#elif defined(__CUDA_ARCH__)
+__device__ __forceinline__ float MaxNaNF32(float a, float b) {
+  return a != a || a > b ? a : b;  // b NaN: b
+}
+#endif
+
 // The one (format, is_min) dispatch of the project: calls
 // fn(std::integral_constant<Format, F>{}, std::bool_constant<kIsMin>{}) for the runtime pair,
 // so templates are instantiated for every format and both orders in one place.

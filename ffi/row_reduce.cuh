@@ -102,22 +102,6 @@ __device__ __forceinline__ ArgPair<Key> BlockReduce(ArgPair<Key> p) {
   return p;
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define JAX_ARGREDUCE_NAN_MINMAX(name, op, type, cons)                          \
-  __device__ __forceinline__ type name(type a, type b) {                        \
-    type d;                                                                     \
-    asm(op " %0, %1, %2;" : "=" cons(d) : cons(a), cons(b));                    \
-    return d;                                                                   \
-  }
-JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF32, "max.NaN.f32", float, "f")
-JAX_ARGREDUCE_NAN_MINMAX(MinNaNF32, "min.NaN.f32", float, "f")
-JAX_ARGREDUCE_NAN_MINMAX(MaxNaNBF16x2, "max.NaN.bf16x2", uint32_t, "r")
-JAX_ARGREDUCE_NAN_MINMAX(MinNaNBF16x2, "min.NaN.bf16x2", uint32_t, "r")
-JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF16x2, "max.NaN.f16x2", uint32_t, "r")
-JAX_ARGREDUCE_NAN_MINMAX(MinNaNF16x2, "min.NaN.f16x2", uint32_t, "r")
-#undef JAX_ARGREDUCE_NAN_MINMAX
-#endif
-
 // The largest key among the elements of one 16-byte vector, for a policy whose key depends on
 // the bits alone (the order key). On sm_80+ the elements are first merged in their own format
 // with NaN-propagating max (min for argmin): a NaN anywhere gives a NaN, whose key is the

@@ -6,7 +6,6 @@ with ``method=`` to force a path); ``_dispatch`` decides the path, ``_primitives
 
 from __future__ import annotations
 
-
 import operator
 
 import jax
