@@ -218,8 +218,9 @@ struct GumbelKeyPolicy {
     JAX_ARGREDUCE_HD Prepared<kVec, kCount> Prepare(int32_t first, int32_t stride) const {
       Prepared<kVec, kCount> p;  // CanPrepare(first); stride is a multiple of kVec
       for (int u = 0; u < kCount; ++u) {
-        const uint32_t block0 =
-            (col_offset + static_cast<uint32_t>(first + u * stride)) / kPerBlock;
+        const uint32_t block0 = (col_offset + static_cast<uint32_t>(first) +
+                                 static_cast<uint32_t>(u) * static_cast<uint32_t>(stride)) /
+                                kPerBlock;
         for (int b = 0; b < kVec / static_cast<int>(kPerBlock); ++b) {
           p.block[u * (kVec / kPerBlock) + b] =
               F == Format::kF64 ? GumbelBitsPairF64(k0, k1, counter_row, block0 + b)
@@ -259,7 +260,10 @@ struct GumbelKeyPolicy {
                                         int32_t& best_index, bool warp_shares_row) const {
       constexpr int kN = kVec * kCount;
       static_assert(kN <= 32, "one candidate bit per element");
-      auto column = [&](int j) { return first + (j / kVec) * stride + j % kVec; };
+      auto column = [&](int j) {  // wraps harmlessly (unsigned) for vectors past the row's end
+        return static_cast<int32_t>(static_cast<uint32_t>(first) +
+                                    static_cast<uint32_t>((j / kVec) * stride + j % kVec));
+      };
 #if defined(__CUDA_ARCH__)
       // Two passes, so a warp pays for the logs of its lanes' candidates, not of every column
       // where some lane has one (a divergent branch per element ran the logs for nearly every
@@ -296,29 +300,37 @@ struct GumbelKeyPolicy {
         // pattern: no best yet, or a best of +inf) every element passes, which is only more
         // candidates. Nothing beats a best of NaN (ties keep the lower column): no candidates.
         const bool open = best != KeyLimits<Key>::kNaN;
-        const Key need = !open ? best : best < warp_best ? warp_best : best + 1;
+        Key need = !open ? best : best < warp_best ? warp_best : best + 1;
+        // Beyond +-inf's key the float would be a NaN pattern (every element passing): +inf
+        // keeps NaN and +inf sums (only NaN can reach such a need), -inf keeps every sum.
+        constexpr Key kInfKey = 0x7F800000;
+        need = need > kInfKey ? kInfKey : need < -kInfKey ? -kInfKey : need;
         const float t = AsFloat(need >= 0 ? static_cast<uint32_t>(need)
                                           : 0x80000000u | static_cast<uint32_t>(-need));
         // First for the whole chunk: its largest logit (NaN-propagating) scaled, plus the
         // bound of its largest noise bits. Scaling by 1/T > 0, the bound (non-decreasing in
         // the bits) and rounded addition are monotone, so no element's sum exceeds this one;
         // below t, no element is a candidate (the common case once a row has a good best).
-        float logit_max[kN];
-        uint32_t bits_max[kN];
+        bool some = open;
+        if constexpr (F != Format::kF16) {  // float16's longer widening spilled (8-28 bytes)
+          float logit_max[kN];
+          uint32_t bits_max[kN];
 #pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          logit_max[j] = categorical_detail::Widen<F>(elements[j]);
-          bits_max[j] = NoiseBitsAt(p, j);
-        }
-#pragma unroll
-        for (int w = 1; w < kN; w *= 2) {  // a tree: independent steps, not one long chain
-#pragma unroll
-          for (int j = 0; j + w < kN; j += 2 * w) {
-            logit_max[j] = MaxNaNF32(logit_max[j], logit_max[j + w]);
-            bits_max[j] = max(bits_max[j], bits_max[j + w]);
+          for (int j = 0; j < kN; ++j) {
+            logit_max[j] = categorical_detail::Widen<F>(elements[j]);
+            bits_max[j] = NoiseBitsAt(p, j);
           }
+#pragma unroll
+          for (int w = 1; w < kN; w *= 2) {  // a tree: independent steps, not one long chain
+#pragma unroll
+            for (int j = 0; j + w < kN; j += 2 * w) {
+              logit_max[j] = MaxNaNF32(logit_max[j], logit_max[j + w]);
+              bits_max[j] = max(bits_max[j], bits_max[j + w]);
+            }
+          }
+          some = open && !(Add(Mul(logit_max[0], inv_t), GumbelBound(bits_max[0])) < t);
         }
-        if (open && !(Add(Mul(logit_max[0], inv_t), GumbelBound(bits_max[0])) < t)) {
+        if (some) {
 #pragma unroll
           for (int j = 0; j < kN; ++j) {
             const float y = Add(ScaledPositive(elements[j]), GumbelBound(NoiseBitsAt(p, j)));
