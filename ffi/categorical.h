@@ -248,6 +248,16 @@ struct GumbelKeyPolicy {
       }
     }
 
+    // What one thread's scan of a row carries from one VisitPrepared to the next: the skip
+    // threshold (float32 keys), recomputed only after a visit in which some lane of the warp
+    // had candidates (only then can a lane's best, or the warp's, have changed; a threshold
+    // from an older, lower best only lets more elements through).
+    struct VisitState {
+      float t = 0.0f;     // an element is a candidate unless fl(a + bound) < t
+      bool open = true;   // false: this lane's best is NaN (nothing beats it)
+      bool stale = true;  // t must be recomputed before use
+    };
+
     // Visits the first `count` (1..kCount) vectors of a chunk: elements[u * kVec + i] is at
     // column first + u * stride + i (increasing with the element's position, as Visit needs).
     // Elements of the vectors past `count` must be readable (the caller zeroes them); they are
@@ -257,7 +267,8 @@ struct GumbelKeyPolicy {
     template <int kVec, int kCount>
     JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first, int32_t stride,
                                         int count, const Prepared<kVec, kCount>& p, Key& best,
-                                        int32_t& best_index, bool warp_shares_row) const {
+                                        int32_t& best_index, bool warp_shares_row,
+                                        VisitState& state) const {
       constexpr int kN = kVec * kCount;
       static_assert(kN <= 32, "one candidate bit per element");
       auto column = [&](int j) {  // wraps harmlessly (unsigned) for vectors past the row's end
@@ -277,41 +288,42 @@ struct GumbelKeyPolicy {
       // first element exactly, so the warp's best bounds the rest.
       using namespace gumbel_detail;
       const unsigned mask = __activemask();
-      Key warp_best = best;
       uint32_t done = 0;
-#if __CUDA_ARCH__ >= 800
-      if constexpr (sizeof(Key) == 4) {
-        if (warp_shares_row) {
-          warp_best = __reduce_max_sync(mask, best);
-          if (warp_best == KeyLimits<Key>::kLowest) {
-            Take(Scaled(elements[0]), NoiseBitsAt(p, 0), first, best, best_index);
-            done = 1;
-            warp_best = __reduce_max_sync(mask, best);
-          }
-        }
-      }
-#endif
       uint32_t candidates = 0;
       if constexpr (sizeof(Key) == 4) {
-        // The same test in float: with need = max(best + 1, warp_best) (warp_best >= best),
-        // "bound key >= need" is "!(fl(a + bound) < t)" for t the float whose key is need:
-        // order.h's key is monotone in the float order and gives +0 and -0 one key, and a NaN
-        // sum (NaN key) passes "!(y < t)" as it must. Where need has no finite float (a NaN
-        // pattern: no best yet, or a best of +inf) every element passes, which is only more
-        // candidates. Nothing beats a best of NaN (ties keep the lower column): no candidates.
-        const bool open = best != KeyLimits<Key>::kNaN;
-        Key need = !open ? best : best < warp_best ? warp_best : best + 1;
-        // Beyond +-inf's key the float would be a NaN pattern (every element passing): +inf
-        // keeps NaN and +inf sums (only NaN can reach such a need), -inf keeps every sum.
-        constexpr Key kInfKey = 0x7F800000;
-        need = need > kInfKey ? kInfKey : need < -kInfKey ? -kInfKey : need;
-        const float t = AsFloat(need >= 0 ? static_cast<uint32_t>(need)
-                                          : 0x80000000u | static_cast<uint32_t>(-need));
+        if (state.stale) {  // warp-uniform (VisitState), so the warp collectives below are too
+          Key warp_best = best;
+#if __CUDA_ARCH__ >= 800
+          if (warp_shares_row) {
+            warp_best = __reduce_max_sync(mask, best);
+            if (warp_best == KeyLimits<Key>::kLowest) {
+              Take(Scaled(elements[0]), NoiseBitsAt(p, 0), first, best, best_index);
+              done = 1;
+              warp_best = __reduce_max_sync(mask, best);
+            }
+          }
+#endif
+          // The same test in float: with need = max(best + 1, warp_best) (warp_best >= best),
+          // "bound key >= need" is "!(fl(a + bound) < t)" for t the float whose key is need:
+          // order.h's key is monotone in the float order and gives +0 and -0 one key, and a
+          // NaN sum (NaN key) passes "!(y < t)" as it must. Nothing beats a best of NaN (ties
+          // keep the lower column): no candidates.
+          state.open = best != KeyLimits<Key>::kNaN;
+          Key need = !state.open ? best : best < warp_best ? warp_best : best + 1;
+          // Beyond +-inf's key the float would be a NaN pattern (every element passing): +inf
+          // keeps NaN and +inf sums (only NaN can reach such a need), -inf keeps every sum.
+          constexpr Key kInfKey = 0x7F800000;
+          need = need > kInfKey ? kInfKey : need < -kInfKey ? -kInfKey : need;
+          state.t = AsFloat(need >= 0 ? static_cast<uint32_t>(need)
+                                      : 0x80000000u | static_cast<uint32_t>(-need));
+          state.stale = false;
+        }
+        const float t = state.t;
         // First for the whole chunk: its largest logit (NaN-propagating) scaled, plus the
         // bound of its largest noise bits. Scaling by 1/T > 0, the bound (non-decreasing in
         // the bits) and rounded addition are monotone, so no element's sum exceeds this one;
         // below t, no element is a candidate (the common case once a row has a good best).
-        bool some = open;
+        bool some = state.open;
         if constexpr (F != Format::kF16) {  // float16's longer widening spilled (8-28 bytes)
           float logit_max[kN];
           uint32_t bits_max[kN];
@@ -328,7 +340,7 @@ struct GumbelKeyPolicy {
               bits_max[j] = max(bits_max[j], bits_max[j + w]);
             }
           }
-          some = open && !(Add(Mul(logit_max[0], inv_t), GumbelBound(bits_max[0])) < t);
+          some = state.open && !(Add(Mul(logit_max[0], inv_t), GumbelBound(bits_max[0])) < t);
         }
         if (some) {
 #pragma unroll
@@ -337,17 +349,19 @@ struct GumbelKeyPolicy {
             if (!(y < t)) candidates |= 1u << j;
           }
         }
-      } else {
+      } else {  // 64-bit keys: against this lane's best (no warp collective on 64 bits)
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
           const Key bound =
               KeyOf(Add(ScaledPositive(elements[j]), GumbelBound(NoiseBitsAt(p, j))));
-          if (bound > best && bound >= warp_best) candidates |= 1u << j;
+          if (bound > best) candidates |= 1u << j;
         }
       }
       if (count < kCount) candidates &= (1u << (count * kVec)) - 1u;
       candidates &= ~done;
-      while (__any_sync(mask, candidates != 0)) {
+      if (!__any_sync(mask, candidates != 0)) return;  // the common case: t stays valid
+      state.stale = true;
+      do {
         if (candidates != 0) {
           const int j = __ffs(candidates) - 1;
           candidates &= candidates - 1;
@@ -364,9 +378,10 @@ struct GumbelKeyPolicy {
           }
           Take(ScaledPositive(element), bits, col, best, best_index);
         }
-      }
+      } while (__any_sync(mask, candidates != 0));
 #else
       (void)warp_shares_row;
+      (void)state;
       for (int j = 0; j < count * kVec; ++j) {
         VisitOne(elements[j], NoiseBitsAt(p, j), column(j), best, best_index);
       }

@@ -17,11 +17,13 @@
 // (one thread's loads of a round, `stride` columns apart): CanPrepare(first_col) (uniform over
 // a row), Prepared<kVec, kCount> Prepare<kVec, kCount>(first_col, stride) (the column-dependent
 // work, computed ahead) and VisitPrepared<kVec, kCount>(elements, first_col, stride, count,
-// prepared, best, best_index, warp_shares_row) (the first `count` vectors are real; called by
-// the lanes that hold a chunk; they need not be converged: warp
+// prepared, best, best_index, warp_shares_row, state) (the first `count` vectors are real;
+// called by the lanes that hold a chunk; they need not be converged: warp
 // operations over __activemask() only ever see lanes of this call, each of which finishes its
 // own work; warp_shares_row: all lanes of the warp scan the same row, so a warp-wide best is a
-// valid threshold for each).
+// valid threshold for each; state: a Row::VisitState, value-initialized once per thread and
+// row and carried from one call to the next, e.g. a skip threshold; the lanes of a call made
+// every earlier call of the row together, so state the policy keeps warp-uniform stays so).
 // Only kBitsOnly policies may take the vector shortcut (the best key of a 16-byte vector from a
 // NaN-propagating max over the elements' values, then its position found again by key): a
 // policy whose key depends on the column (the Gumbel-perturbed key of a sampler) cannot.

@@ -238,17 +238,31 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     // the sampler's Philox chains; kChunk bounds the registers held), then visits the chunk.
     static_assert(kLoads % Policy::kPrepareChunk == 0 || kLoads < Policy::kPrepareChunk);
     constexpr int kChunk = kLoads < Policy::kPrepareChunk ? kLoads : Policy::kPrepareChunk;
-    const bool prepare = key_of.CanPrepare(head);
     const int32_t stride = nthreads * kVec;  // columns between one thread's vectors of a round
-    for (int32_t v = tid; v < num_vecs;) {
-      const int32_t remaining = num_vecs - v;  // >= 1
-      Vec buf[kLoads];
+    // A full round loads without bounds; the last one zeroes its vectors past the row's end
+    // (a chunk visit reads but never takes them).
+    auto load_round = [&](Vec* buf, int32_t v, int32_t remaining) {
+      if (remaining >= kLoads * nthreads) {
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        // Vectors past the row's end are zeros: a chunk visit reads but never takes them.
-        buf[u] = u * nthreads < remaining ? LoadVec(vecs + v + u * nthreads) : Vec{};
+        for (int u = 0; u < kLoads; ++u) buf[u] = LoadVec(vecs + v + u * nthreads);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          buf[u] = u * nthreads < remaining ? LoadVec(vecs + v + u * nthreads) : Vec{};
+        }
       }
-      if (prepare) {
+    };
+    if (key_of.CanPrepare(head)) {  // one loop per case: the test stays out of the loop
+      // tid % 32 is the lane in every kernel here, so 32 | nthreads: one row per warp
+      const bool warp_shares_row = nthreads % kWarpSize == 0;
+      // What this thread's visits of the row carry from one to the next (e.g. a threshold).
+      // The lanes of a warp that visit a chunk together visited every earlier one together:
+      // a lane that has no vector in a round has none later either.
+      typename Policy::Row::VisitState state{};
+      for (int32_t v = tid; v < num_vecs;) {
+        const int32_t remaining = num_vecs - v;  // >= 1
+        Vec buf[kLoads];
+        load_round(buf, v, remaining);
 #pragma unroll
         for (int u0 = 0; u0 < kLoads; u0 += kChunk) {
           if (u0 * nthreads < remaining) {
@@ -256,8 +270,6 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
             // Unconditional for the whole chunk (pure arithmetic, past the row's end too) so
             // the compiler interleaves the chains.
             const auto prepared = key_of.template Prepare<kVec, kChunk>(first, stride);
-            // tid % 32 is the lane in every kernel here, so 32 | nthreads: one row per warp
-            const bool warp_shares_row = nthreads % kWarpSize == 0;
             if constexpr (kVisitChunks) {
               // The chunk at once (kVisitChunks: kernels whose threads scan long rows, where a
               // row's best is good early and most chunks fail the policy's chunk-wide test).
@@ -265,7 +277,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
               const int count = left < kChunk ? static_cast<int>(left) : kChunk;
               key_of.template VisitPrepared<kVec, kChunk>(
                   reinterpret_cast<const Bits*>(&buf[u0]), first, stride, count, prepared,
-                  best, best_index, warp_shares_row);
+                  best, best_index, warp_shares_row, state);
             } else {
               // Vector by vector: a thread with few vectors of a row (the split path) bounds
               // each vector by the best of the ones before.
@@ -275,13 +287,20 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
                   key_of.template VisitPrepared<kVec, 1>(
                       reinterpret_cast<const Bits*>(&buf[u]), first + (u - u0) * stride, stride,
                       1, Policy::Row::Vector(prepared, u - u0), best, best_index,
-                      warp_shares_row);
+                      warp_shares_row, state);
                 }
               }
             }
           }
         }
-      } else {
+        if (remaining <= kLoads * nthreads) break;
+        v += kLoads * nthreads;
+      }
+    } else {
+      for (int32_t v = tid; v < num_vecs;) {
+        const int32_t remaining = num_vecs - v;  // >= 1
+        Vec buf[kLoads];
+        load_round(buf, v, remaining);
 #pragma unroll
         for (int u = 0; u < kLoads; ++u) {
           if (u * nthreads < remaining) {
@@ -289,9 +308,9 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
                                         head + (v + u * nthreads) * kVec, best, best_index);
           }
         }
+        if (remaining <= kLoads * nthreads) break;
+        v += kLoads * nthreads;
       }
-      if (remaining <= kLoads * nthreads) break;
-      v += kLoads * nthreads;
     }
   }
 
