@@ -250,8 +250,10 @@ struct GumbelKeyPolicy {
 
     // What one thread's scan of a row carries from one VisitPrepared to the next: the skip
     // threshold (float32 keys), recomputed only after a visit in which some lane of the warp
-    // had candidates (only then can a lane's best, or the warp's, have changed; a threshold
-    // from an older, lower best only lets more elements through).
+    // had candidates (only then can a lane's best, or the warp's, have changed). Whatever its
+    // age, t is the float of max(an earlier best of this lane + 1, an earlier warp best): each
+    // is a key some element of the row reached (this lane's at a lower column, which wins a
+    // tie), so skipping the sums strictly below t never skips the winner.
     struct VisitState {
       float t = 0.0f;     // an element is a candidate unless fl(a + bound) < t
       bool open = true;   // false: this lane's best is NaN (nothing beats it)
@@ -273,7 +275,9 @@ struct GumbelKeyPolicy {
       static_assert(kN <= 32, "one candidate bit per element");
       auto column = [&](int j) {  // wraps harmlessly (unsigned) for vectors past the row's end
         return static_cast<int32_t>(static_cast<uint32_t>(first) +
-                                    static_cast<uint32_t>((j / kVec) * stride + j % kVec));
+                                    static_cast<uint32_t>(j / kVec) *
+                                        static_cast<uint32_t>(stride) +
+                                    static_cast<uint32_t>(j % kVec));
       };
 #if defined(__CUDA_ARCH__)
       // Two passes, so a warp pays for the logs of its lanes' candidates, not of every column
@@ -291,7 +295,10 @@ struct GumbelKeyPolicy {
       uint32_t done = 0;
       uint32_t candidates = 0;
       if constexpr (sizeof(Key) == 4) {
-        if (state.stale) {  // warp-uniform (VisitState), so the warp collectives below are too
+        // Uniform over the lanes of this call when each call's lanes arrive as one group (true
+        // of the kernels as compiled for sm_90; NOTES.md "Next": a vote would drop the
+        // assumption), so the warp collectives below see every lane of `mask`.
+        if (state.stale) {
           Key warp_best = best;
 #if __CUDA_ARCH__ >= 800
           if (warp_shares_row) {
