@@ -128,7 +128,7 @@ def argmax(a, axis: int | None = None, out: None = None, keepdims: bool | None =
     keepdims: keep the reduced axis as a dimension of size 1.
     axis_name: inside a ``jax.shard_map``, the mesh axis (or tuple of axes, major first) that
       ``axis`` is split over: ``a`` is this device's block and the result the global answer
-      (global indices), from one exchange of per-shard pairs (SPEC §1d). Not needed under
+      (global indices), from one exchange of per-shard pairs (README, "Use"). Not needed under
       ``jit`` with sharded inputs: those are partitioned automatically (explicit mesh axes).
 
   Returns:
@@ -143,7 +143,7 @@ def argmax(a, axis: int | None = None, out: None = None, keepdims: bool | None =
     TypeError: ``a`` is not an array or scalar, or is complex (as ``jnp.argmax``).
     NotImplementedError: ``out`` is not None (as ``jnp.argmax``).
 
-  Semantics are ``numpy.argmax``'s exactly (SPEC §1; README, "Semantics"): ties go to the
+  Semantics are ``numpy.argmax``'s exactly (README, "Semantics"): ties go to the
   lowest index, a NaN beats every number (the first NaN wins), -0.0 ties +0.0, subnormals
   compare exactly (unlike ``jnp.argmax``, which flushes them to zero). Not differentiable:
   under ``jax.grad`` the output has a symbolic zero (float0) tangent.
@@ -165,7 +165,7 @@ def argmin(a, axis: int | None = None, out: None = None, keepdims: bool | None =
 
 def max_with_index(a, axis: int | None = -1, keepdims: bool = False, *, axis_name=None
                    ) -> tuple[jax.Array, jax.Array]:
-  """The maximum along an axis and its index, in one pass (SPEC §1b).
+  """The maximum along an axis and its index, in one pass (README, "Semantics").
 
   Args:
     a: array of any shape and of a real dtype: float (the four float formats run on the
@@ -278,7 +278,7 @@ def _temperature(temperature, batch_shape, dtype, name: str):
 
 def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = "auto",
                 axis_name=None):
-  """Samples one index per row from ``softmax(logits / temperature)``, in one pass (SPEC §1c).
+  """Samples one index per row from ``softmax(logits / temperature)``, in one pass (README, "Semantics").
 
   The fused Gumbel-max trick: the result is the argmax over the row of
   ``y = logits * (1 / T) + G`` computed in float32 (float64 for float64 logits) with
@@ -299,7 +299,11 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
     axis: the category axis (default: the last; an int, never None).
     temperature: None (1.0), a real scalar, or a real array broadcasting to the batch shape. A
       row with ``T == 0`` (or so small that ``1 / T`` overflows) returns exactly ``argmax`` of
-      that row; infinite logits stay infinite whatever ``T`` (even ``T = inf``). Negative or
+      that row; infinite logits stay infinite whatever ``T`` (even ``T = inf``). Where
+      ``logits / T`` overflows for finite logits (e.g. ``T = 1e-38``, logits of order 1) those
+      become +-inf and tie, the first winning, as in ``jax.random.categorical(key, logits /
+      T)``; a subnormal ``T`` is used exactly by the handlers, while XLA's arithmetic
+      (``method="xla"``) may flush it to 0 (argmax). Negative or
       NaN temperatures raise for concrete values; under ``jit`` (traced) they are not checked: ``T < 0`` samples from
       ``softmax(logits / T)`` all the same, and a NaN temperature makes every ``y`` NaN, so the
       row returns 0.
@@ -324,7 +328,7 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
     TypeError: ``key`` is not a key array, complex logits, a temperature that is not real
       (bool, complex, str).
 
-  Sharded logits (SPEC §1d): the call is split where the logits are (explicit mesh axes), with
+  Sharded logits (README, "Use"): the call is split where the logits are (explicit mesh axes), with
   no gather: split rows sample locally (one key: the global row is the counter; per-row keys
   are split with the rows), a split vocabulary samples each block with its global columns and
   exchanges one ``[rows, shards]`` set of (noisy maximum, index) pairs; samples are identical
@@ -339,6 +343,8 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
   """
   name = "categorical"
   _check_arraylike(name, logits)
+  if isinstance(logits, jax.Array) and jnp.issubdtype(logits.dtype, jax.dtypes.prng_key):
+    raise TypeError(f"{name}: logits is a PRNG key array; the arguments are (key, logits)")
   logits = jnp.asarray(logits)
   if jnp.issubdtype(logits.dtype, jnp.complexfloating):
     raise TypeError(f"{name}: logits must be real, got {logits.dtype}")

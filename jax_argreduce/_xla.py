@@ -10,6 +10,9 @@ to the lowest index.
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -61,10 +64,22 @@ def xla_max_with_index(x, *, is_min: bool, index_dtype):
 def moveaxis_exact(x, source: int, destination: int):
   """``jnp.moveaxis``, bit-exact. XLA's CPU transpose of bfloat16 can flush subnormals to zero,
   so 16-bit floats move as uint16, behind a barrier that keeps XLA from folding the bitcasts
-  back into a bfloat16 transpose. (Their transposed copy feeds a handler, which needs it
+  back into a bfloat16 transpose (their tangents move as a plain transpose: the bits path has
+  no derivative of its own). (Their transposed copy feeds a handler, which needs it
   materialized anyway; wider floats keep a plain transpose that XLA may fuse.)"""
   if x.dtype.itemsize != 2 or not jnp.issubdtype(x.dtype, jnp.floating):
     return jnp.moveaxis(x, source, destination)
+  return _moveaxis_bits(x, source, destination)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _moveaxis_bits(x, source, destination):
   bits = lax.bitcast_convert_type(x, np.uint16)
   moved = lax.optimization_barrier(jnp.moveaxis(bits, source, destination))
   return lax.bitcast_convert_type(moved, x.dtype)
+
+
+@_moveaxis_bits.defjvp
+def _moveaxis_bits_jvp(source, destination, primals, tangents):
+  (x,), (t,) = primals, tangents
+  return _moveaxis_bits(x, source, destination), jnp.moveaxis(t, source, destination)

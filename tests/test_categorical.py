@@ -841,6 +841,7 @@ def test_export_round_trip():
     (lambda k, x: jax_argreduce.categorical(jnp.array([1, 2], jnp.int32), x), TypeError),
     (lambda k, x: jax_argreduce.categorical(jnp.float32(1.0), x), TypeError),
     (lambda k, x: jax_argreduce.categorical(k, x.astype(jnp.complex64)), TypeError),
+    (lambda k, x: jax_argreduce.categorical(x, k), TypeError),  # arguments swapped
     (lambda k, x: jax_argreduce.categorical(k, jnp.zeros((3, 0))), ValueError),
     (lambda k, x: jax_argreduce.categorical(k, jnp.zeros((3, 0)), axis=1), ValueError),
     (lambda k, x: jax_argreduce.categorical(k, x, axis=2), IndexError),

@@ -274,6 +274,28 @@ def test_with_index_grad(op, method, dtype):
 
 
 @pytest.mark.parametrize("op", WITH_INDEX)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_with_index_grad_other_axis(op, method, dtype):
+  """The same cotangent when the reduction axis is not the last one, and under vmap over the
+  last axis: both move the axis first (16-bit floats as raw bits, whose tangents must still
+  move with them)."""
+  x = _clean((6, 25), seed=17).astype(_np_dtype(dtype))
+  f = _fn(op, method)
+  _, idx = _ref(op, x, axis=0)
+  want = np.zeros(x.shape, np.float32)
+  want[idx, np.arange(25)] = np.arange(1.0, 26.0)
+  loss = lambda m: jnp.sum(f(m, axis=0)[0].astype(jnp.float32) * jnp.arange(1.0, 26.0))  # noqa
+  for g in (jax.grad(loss), jax.jit(jax.grad(loss))):
+    np.testing.assert_array_equal(np.asarray(g(x)).astype(np.float32), want)
+  per_col = lambda m: jnp.sum(jax.vmap(lambda c: f(c)[0], in_axes=1)(m).astype(jnp.float32)  # noqa
+                              * jnp.arange(1.0, 26.0))
+  np.testing.assert_array_equal(np.asarray(jax.grad(per_col)(x)).astype(np.float32), want)
+  tangent = jax.jvp(lambda m: f(m, axis=0)[0], (x,), (jnp.ones_like(x),))[1]
+  np.testing.assert_array_equal(np.asarray(tangent).astype(np.float32), np.ones(25, np.float32))
+
+
+@pytest.mark.parametrize("op", WITH_INDEX)
 def test_with_index_second_order_and_linearize(op):
   """The values' JVP is linear in the tangent: linearize/transpose (vjp) and jacfwd/jacrev
   agree, and the Hessian of a quadratic of the values is the gathered one."""
