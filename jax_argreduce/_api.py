@@ -278,9 +278,9 @@ def _temperature(temperature, batch_shape, dtype, name: str):
 
 def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = "auto",
                 axis_name=None):
-  """Samples one index per row from ``softmax(logits / temperature)``, in one pass (README, "Semantics").
+  """Samples one index per row from ``softmax(logits / temperature)``, in one pass.
 
-  The fused Gumbel-max trick: the result is the argmax over the row of
+  The fused Gumbel-max trick (README, "Semantics"): the result is the argmax over the row of
   ``y = logits * (1 / T) + G`` computed in float32 (float64 for float64 logits) with
   ``G = -log(-log(u))`` from a counter-based generator (Philox-4x32-10 keyed by ``key``,
   counter = (row, global column)); the noise is never materialized. The sample depends only on
@@ -297,16 +297,15 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
       it sits in (so ``vmap`` over keys and logits equals a loop).
     logits: unnormalized log-probabilities, any float dtype (ints are converted to float32).
     axis: the category axis (default: the last; an int, never None).
-    temperature: None (1.0), a real scalar, or a real array broadcasting to the batch shape. A
-      row with ``T == 0`` (or so small that ``1 / T`` overflows) returns exactly ``argmax`` of
-      that row; infinite logits stay infinite whatever ``T`` (even ``T = inf``). Where
-      ``logits / T`` overflows for finite logits (e.g. ``T = 1e-38``, logits of order 1) those
-      become +-inf and tie, the first winning, as in ``jax.random.categorical(key, logits /
-      T)``; a subnormal ``T`` is used exactly by the handlers, while XLA's arithmetic
-      (``method="xla"``) may flush it to 0 (argmax). Negative or
-      NaN temperatures raise for concrete values; under ``jit`` (traced) they are not checked: ``T < 0`` samples from
-      ``softmax(logits / T)`` all the same, and a NaN temperature makes every ``y`` NaN, so the
-      row returns 0.
+    temperature: None (1.0), a real scalar, or a real array broadcasting to the batch shape. A row
+      with ``T == 0`` (or so small that ``1 / T`` overflows) returns exactly ``argmax`` of that
+      row; infinite logits stay infinite whatever ``T`` (even ``T = inf``). Where ``logits / T``
+      overflows for finite logits (e.g. ``T = 1e-38``, logits of order 1) those become +-inf and
+      tie, the first winning, as in ``jax.random.categorical(key, logits / T)``; a subnormal ``T``
+      is used exactly by the handlers, while XLA's arithmetic (``method="xla"``) may flush it to 0
+      (argmax). Negative or NaN temperatures raise for concrete values; under ``jit`` (traced)
+      they are not checked: ``T < 0`` samples from ``softmax(logits / T)`` all the same, and a NaN
+      temperature makes every ``y`` NaN, so the row returns 0.
     method: "auto" (the fused handler wherever one is built: CPU, and CUDA when compiled in)
       or "kernel" (the same); "xla": Gumbel noise from threefry2x32 materialized by XLA (the
       path of platforms without the handler): the same distribution, other samples.
@@ -328,12 +327,12 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
     TypeError: ``key`` is not a key array, complex logits, a temperature that is not real
       (bool, complex, str).
 
-  Sharded logits (README, "Use"): the call is split where the logits are (explicit mesh axes), with
-  no gather: split rows sample locally (one key: the global row is the counter; per-row keys
+  Sharded logits (README, "Use"): the call is split where the logits are (explicit mesh axes),
+  with no gather: split rows sample locally (one key: the global row is the counter; per-row keys
   are split with the rows), a split vocabulary samples each block with its global columns and
-  exchanges one ``[rows, shards]`` set of (noisy maximum, index) pairs; samples are identical
-  to unsharded ones. Under Auto mesh axes (XLA decides the split after tracing) XLA gathers
-  the logits for the call (exact; jax_argreduce/_sharding.py): shard with explicit axes or use
+  exchanges one ``[rows, shards]`` set of (noisy maximum, index) pairs; samples are identical to
+  unsharded ones. Under Auto mesh axes (XLA decides the split after tracing) XLA gathers the
+  logits for the call (exact; jax_argreduce/_sharding.py): shard with explicit axes or use
   ``axis_name=`` inside ``shard_map``.
 
   Semantics: ``-inf`` logits are never drawn unless the whole row is ``-inf`` (then index 0);
