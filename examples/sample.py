@@ -791,7 +791,8 @@ def run_logits(args) -> int:
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   if args.mode == "sample" and not args.temperature > 0:
-    print("error: --temperature must be > 0 in sample mode", file=sys.stderr)
+    print("error: --temperature must be > 0 in sample mode (T = 0 is --mode greedy)",
+          file=sys.stderr)
     return 2
   if args.logits:
     return run_logits(args)

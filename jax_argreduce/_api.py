@@ -29,6 +29,8 @@ def _check_arraylike(name: str, x) -> None:
   if not (isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
           or hasattr(x, "__jax_array__")):
     raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at position 0.")
+  if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "OSUVMm":  # as jnp says it
+    raise TypeError(f"{name}: dtype {x.dtype} is not a valid JAX array type")
 
 
 def _normalize_axis(axis, ndim: int) -> int:

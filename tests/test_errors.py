@@ -350,3 +350,17 @@ def test_ffi_with_index_handler_errors(jit, x, values_shape, values_dtype, out_s
   y = jnp.array([[0.0, 2.0, 1.0]], jnp.float32)
   values, indices = _ffi_with_index((1,), jnp.float32, (1,), jnp.int32)(y, is_min=False)
   assert (float(values[0]), int(indices[0])) == (2.0, 1)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("bad", [np.array(["a", "b"]), np.array([1, "x"], object),
+                                 np.array(["2020-01-01"], "datetime64[D]")])
+def test_non_numeric_arrays_raise_type_error(op, bad):
+  """Strings, objects and datetimes: a TypeError naming the dtype, as jnp.argmax raises."""
+  with pytest.raises(TypeError, match="not a valid JAX array type"):
+    getattr(jax_argreduce, op)(bad)
+  with pytest.raises(TypeError, match="not a valid JAX array type"):
+    jnp_like(op)(bad)
+  if op == "argmax":
+    with pytest.raises(TypeError, match="not a valid JAX array type"):
+      jax_argreduce.categorical(jax.random.key(0), bad)
