@@ -29,7 +29,8 @@ def _check_arraylike(name: str, x) -> None:
   if not (isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
           or hasattr(x, "__jax_array__")):
     raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at position 0.")
-  if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in "OSUVMm":  # as jnp says it
+  if isinstance(x, (np.ndarray, np.generic)) and (  # as jnp says it; ml_dtypes are kind "V"
+      x.dtype.kind in "OSUMm" or (x.dtype.kind == "V" and not jnp.issubdtype(x.dtype, jnp.number))):
     raise TypeError(f"{name}: dtype {x.dtype} is not a valid JAX array type")
 
 

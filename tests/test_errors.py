@@ -354,7 +354,8 @@ def test_ffi_with_index_handler_errors(jit, x, values_shape, values_dtype, out_s
 
 @pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("bad", [np.array(["a", "b"]), np.array([1, "x"], object),
-                                 np.array(["2020-01-01"], "datetime64[D]")])
+                                 np.array(["2020-01-01"], "datetime64[D]"),
+                                 np.zeros(3, [("a", np.float32)])])
 def test_non_numeric_arrays_raise_type_error(op, bad):
   """Strings, objects and datetimes: a TypeError naming the dtype, as jnp.argmax raises."""
   with pytest.raises(TypeError, match="not a valid JAX array type"):
@@ -364,3 +365,12 @@ def test_non_numeric_arrays_raise_type_error(op, bad):
   if op == "argmax":
     with pytest.raises(TypeError, match="not a valid JAX array type"):
       jax_argreduce.categorical(jax.random.key(0), bad)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "int4"])
+def test_ml_dtypes_numpy_inputs_accepted(dtype):
+  """numpy arrays of ml_dtypes formats (numpy dtype kind "V") are numbers, not rejected."""
+  import ml_dtypes
+  x = np.array([1, 3, 2], getattr(ml_dtypes, dtype))
+  assert int(jax_argreduce.argmax(x)) == 1
+  assert int(jax_argreduce.max_with_index(x)[1]) == 1
