@@ -29,8 +29,9 @@ def _check_arraylike(name: str, x) -> None:
   if not (isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
           or hasattr(x, "__jax_array__")):
     raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(x)} at position 0.")
-  if isinstance(x, (np.ndarray, np.generic)) and (  # as jnp says it; ml_dtypes are kind "V"
-      x.dtype.kind in "OSUMm" or (x.dtype.kind == "V" and not jnp.issubdtype(x.dtype, jnp.number))):
+  # Strings, objects, datetimes, structured...: as jnp says it (ml_dtypes formats are numbers).
+  if isinstance(x, (np.ndarray, np.generic)) and not (
+      x.dtype == np.bool_ or jnp.issubdtype(x.dtype, jnp.number)):
     raise TypeError(f"{name}: dtype {x.dtype} is not a valid JAX array type")
 
 
@@ -303,7 +304,7 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
     temperature: None (1.0), a real scalar, or a real array broadcasting to the batch shape. A row
       with ``T == 0`` (or so small that ``1 / T`` overflows) returns exactly ``argmax`` of that
       row; infinite logits stay infinite whatever ``T`` (even ``T = inf``). Where ``logits / T``
-      overflows for finite logits (e.g. ``T = 1e-38``, logits of order 1) those become +-inf and
+      overflows for finite logits (e.g. ``T = 2e-38``, logits of order 10) those become +-inf and
       tie, the first winning, as in ``jax.random.categorical(key, logits / T)``; a subnormal ``T``
       is used exactly by the handlers, while XLA's arithmetic (``method="xla"``) may flush it to 0
       (argmax). Negative or NaN temperatures raise for concrete values; under ``jit`` (traced)

@@ -841,7 +841,7 @@ def test_export_round_trip():
     (lambda k, x: jax_argreduce.categorical(jnp.array([1, 2], jnp.int32), x), TypeError),
     (lambda k, x: jax_argreduce.categorical(jnp.float32(1.0), x), TypeError),
     (lambda k, x: jax_argreduce.categorical(k, x.astype(jnp.complex64)), TypeError),
-    (lambda k, x: jax_argreduce.categorical(x, k), TypeError),  # arguments swapped
+    (lambda k, x: jax_argreduce.categorical(x, k), TypeError),  # swapped: "PRNG key array"
     (lambda k, x: jax_argreduce.categorical(k, jnp.zeros((3, 0))), ValueError),
     (lambda k, x: jax_argreduce.categorical(k, jnp.zeros((3, 0)), axis=1), ValueError),
     (lambda k, x: jax_argreduce.categorical(k, x, axis=2), IndexError),
@@ -860,6 +860,11 @@ def test_export_round_trip():
 def test_errors(bad, exc):
   with pytest.raises(exc):
     bad(jax.random.key(0), jnp.zeros((3, 5)))
+
+
+def test_swapped_arguments_say_so():
+  with pytest.raises(TypeError, match="PRNG key array; the arguments are"):
+    jax_argreduce.categorical(jnp.zeros((3, 5)), jax.random.key(0))
 
 
 def test_raw_keys_and_temperature_dtypes_accepted():

@@ -355,7 +355,7 @@ def test_ffi_with_index_handler_errors(jit, x, values_shape, values_dtype, out_s
 @pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("bad", [np.array(["a", "b"]), np.array([1, "x"], object),
                                  np.array(["2020-01-01"], "datetime64[D]"),
-                                 np.zeros(3, [("a", np.float32)])])
+                                 np.zeros(3, [("a", np.float32)]), np.zeros(3, "V4")])
 def test_non_numeric_arrays_raise_type_error(op, bad):
   """Strings, objects and datetimes: a TypeError naming the dtype, as jnp.argmax raises."""
   with pytest.raises(TypeError, match="not a valid JAX array type"):
