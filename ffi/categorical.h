@@ -86,8 +86,9 @@ struct GumbelKeyPolicy {
   using Bits = typename FormatTraits<F>::Bits;
   // CUDA: vectors prepared and visited as one chunk (16 elements, 4 Philox blocks; float16: 8,
   // its widening is longer and 16 spilled), and a register cap of 128 per thread (2 resident
-  // 256-thread blocks per SM; a cap of 80 spilled and measured no faster, NOTES.md try 24),
-  // which also marks the policy compute-bound for the planner.
+  // 256-thread blocks per SM; a cap of 80 spilled and measured no faster, NOTES.md try 24;
+  // 384-thread blocks in 80 registers, no faster either, try 36), which also marks the policy
+  // compute-bound for the planner.
   static constexpr int kPrepareChunk = F == Format::kF16 ? 1 : sizeof(Bits) == 2 ? 2 : 4;
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr Format kNoiseFormat = F == Format::kF64 ? Format::kF64 : Format::kF32;
@@ -295,10 +296,10 @@ struct GumbelKeyPolicy {
       uint32_t done = 0;
       uint32_t candidates = 0;
       if constexpr (sizeof(Key) == 4) {
-        // Uniform over the lanes of this call when each call's lanes arrive as one group (true
-        // of the kernels as compiled for sm_90; NOTES.md "Next": a vote would drop the
-        // assumption), so the warp collectives below see every lane of `mask`.
-        if (state.stale) {
+        // A vote, so every lane of `mask` takes the branch together and the warp collectives
+        // inside see all of them even if lanes of a call arrive in more than one group
+        // (recomputing t is valid at any time, so a lane whose t is fresh may join).
+        if (warp_shares_row ? __any_sync(mask, state.stale) : state.stale) {
           Key warp_best = best;
 #if __CUDA_ARCH__ >= 800
           if (warp_shares_row) {

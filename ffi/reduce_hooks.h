@@ -22,9 +22,9 @@
 // operations over __activemask() only ever see lanes of this call, each of which finishes its
 // own work; warp_shares_row: all lanes of the warp scan the same row, so a warp-wide best is a
 // valid threshold for each; state: a Row::VisitState, value-initialized once per thread and
-// row and carried from one call to the next, e.g. a skip threshold; the lanes of a call made
-// every earlier call of the row together, so state the policy keeps warp-uniform stays so,
-// provided each call's lanes arrive as one group: the sampler assumes it, NOTES.md "Next").
+// row and carried from one call to the next, e.g. a skip threshold; a policy that branches on
+// per-lane state around a warp collective takes a vote on it first (__any_sync over the call's
+// mask), so it never assumes the lanes of a call arrive as one group).
 // Only kBitsOnly policies may take the vector shortcut (the best key of a 16-byte vector from a
 // NaN-propagating max over the elements' values, then its position found again by key): a
 // policy whose key depends on the column (the Gumbel-perturbed key of a sampler) cannot.

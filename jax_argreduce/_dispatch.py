@@ -24,15 +24,18 @@ HANDLER_DTYPES = frozenset(
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 # CUDA: routed by device time per step inside a decode-like chain (SPEC §3b), where the GPU
-# runs ahead of the host: what users feel. Measured on an H200 (benchmarks/NOTES.md, tries 15
-# and 22): the kernels win in 16-bit formats for wide rows (>= 65536 columns: 8-256 x 202048,
-# 64 x 128256; one row from 131072 columns: 1 x 202048 yes, 1 x 128256 no) and large inputs;
-# the exact XLA path wins for small inputs (8 x 32000: the kernels' scan + merge cost ~1 us
-# more than XLA's two reduction kernels there) and for float32 rows except one very wide row;
-# narrow rows (<= 64 columns) of large inputs take the team kernels, which beat XLA's
-# narrow-row reduction by 1.6-2.5x.
+# runs ahead of the host: what users feel. Measured on an H200 (benchmarks/NOTES.md, tries 15,
+# 22 and 37): the kernels win in 16-bit formats for several wide rows (>= 65536 columns: 8-256
+# x 202048, 64 x 128256) and large inputs; the exact XLA path wins for small inputs (8 x 32000:
+# the kernels' scan + merge cost ~1 us more than XLA's two reduction kernels there), for
+# float32 rows, and for one row of 32000-262144 columns in both formats (split by hand into
+# rows of 128 columns, _xla.py: up to 1.6 us per step less than the kernels, 1x262144
+# bfloat16 a tie); narrow rows (<= 64 columns) of large inputs take the team kernels, which
+# beat XLA's narrow-row reduction by 1.6-2.5x. One row of 262145 to 2^20 - 1 columns (not
+# measured in-chain) follows the longest measured; from 2^20 it stays on the kernels, as
+# large inputs do.
 CUDA_WIDE_COLS = 1 << 16
-CUDA_ONE_ROW_COLS = 1 << 17
+CUDA_ONE_ROW_COLS = 1 << 20
 CUDA_LARGE_ELEMENTS = 1 << 20
 CUDA_NARROW_COLS = 64
 

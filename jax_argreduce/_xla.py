@@ -6,6 +6,13 @@ the kernels, for rows longer than INT32_MAX, and on platforms without a handler.
 bitcast to the same integer keys as ``ffi/order.h`` (exact for subnormals, -0 == +0,
 every NaN largest for argmax and argmin alike) and XLA takes the integer argmax, whose ties go
 to the lowest index.
+
+One long row of static length is split by hand into rows of ``_SPLIT_WIDTH`` columns: XLA
+(0.10-0.11) splits a long single-row reduction itself, but its fusion cost model then leaves
+the key computation in a kernel of its own (an extra launch and a round trip of the keys
+through memory); over many short rows the key fuses into the reduction, and the two levels
+compile to two reduction kernels, as many as ``jnp.argmax`` gets (benchmarks/NOTES.md tries
+34, 35 and 37).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from jax_argreduce._compat import is_constant_dim
 
 # bits dtype, key dtype, bit pattern of +inf, per float dtype. 16-bit formats get int32 keys
 # (as in the kernels): XLA's GPU reductions over int16 measured about 2x slower.
@@ -38,9 +47,44 @@ def ordered_key(x, is_min: bool):
   return jnp.where(magnitude > key_dtype(inf_bits), key_dtype(max_key), signed)
 
 
+# One row at least this long is reduced as [ceil(n / _SPLIT_WIDTH), _SPLIT_WIDTH].
+_SPLIT_MIN_COLUMNS = 16384
+_SPLIT_WIDTH = 128
+
+
 def xla_argreduce(x, *, is_min: bool, index_dtype):
   """Index of the max (``is_min``: min) of ``x`` along its last axis, numpy semantics."""
-  return lax.argmax(ordered_key(x, is_min), x.ndim - 1, index_dtype)
+  keys = ordered_key(x, is_min)
+  n = x.shape[-1]
+  if is_constant_dim(n) and x.size == n and n >= _SPLIT_MIN_COLUMNS:
+    return _split_row_argmax(keys.reshape(n), index_dtype).reshape(x.shape[:-1])
+  return lax.argmax(keys, x.ndim - 1, index_dtype)
+
+
+def _pick(a, b):
+  """Variadic-reduce comparator of (key, index) pairs: the larger key, then the lower index
+  (what XLA's own argmax reduces with)."""
+  (a_key, a_index), (b_key, b_index) = a, b
+  take_a = (a_key > b_key) | ((a_key == b_key) & (a_index < b_index))
+  return lax.select(take_a, a_key, b_key), lax.select(take_a, a_index, b_index)
+
+
+def _split_row_argmax(keys, index_dtype):
+  """argmax of the 1-D ``keys`` in two levels of ``_SPLIT_WIDTH``-column rows. The padding
+  after the last column holds the key type's minimum, which no element's key reaches (the
+  smallest is -inf's), so it never wins, and its columns are past every real one."""
+  n = keys.shape[0]
+  index_dtype = np.dtype(index_dtype).type
+  parts = -(-n // _SPLIT_WIDTH)
+  lowest = keys.dtype.type(np.iinfo(keys.dtype).min)
+  padded = jnp.pad(keys, (0, parts * _SPLIT_WIDTH - n), constant_values=lowest)
+  padded = padded.reshape(parts, _SPLIT_WIDTH)
+  init = (lowest, index_dtype(0))
+  column = lax.broadcasted_iota(index_dtype, padded.shape, 1)
+  part_keys, part_columns = lax.reduce((padded, column), init, _pick, (1,))
+  part_first = lax.broadcasted_iota(index_dtype, (parts,), 0) * index_dtype(_SPLIT_WIDTH)
+  _, index = lax.reduce((part_keys, part_first + part_columns), init, _pick, (0,))
+  return index
 
 
 def xla_max_with_index(x, *, is_min: bool, index_dtype):

@@ -27,7 +27,7 @@ import pytest
 
 import jax_argreduce
 import reference
-from jax_argreduce import _api, _ffi
+from jax_argreduce import _api, _ffi, _xla
 from reference import FILLS, Fmt, make_input
 
 SEED = int(os.environ.get("JAX_ARGREDUCE_TEST_SEED", "271828"))
@@ -329,3 +329,63 @@ def test_bfloat16_subnormals_non_last_axis(op, path, jit, shape, axis):
   got = (jax.jit(fn) if jit else fn)(jnp.asarray(x))
   reference.assert_matches(jax.device_get(got), reference.argreduce(x, axis, False, op=op),
                            op=op)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", [16384, 16385, 202048 + 1])
+def test_one_row_xla_split(dtype, cols, x64):
+  """The XLA path reduces one long row as rows of 128 columns padded at the end (_xla.py): every
+  fill, plus a winner in the last real column (next to the padding), a winner in the first,
+  and ties in the first and last part, against numpy for all four ops, as [1, cols], [cols]
+  and axis=None of a [1, cols] input (float64 with x64: int64 indices)."""
+  assert cols >= _xla._SPLIT_MIN_COLUMNS
+  with x64(dtype == "float64"):
+    _check_one_row_xla_split(dtype, cols)
+
+
+def _check_one_row_xla_split(dtype, cols):
+  f = Fmt(dtype)
+  rng = np.random.default_rng([SEED, cols, DTYPES.index(dtype)])
+  fns = {op: jax.jit(lambda v, op=op: _api.reduce(v, -1, False, op=op, method="xla"))
+         for op in OPS}
+  # The split is what runs: a reduction over [ceil(cols / 128), 128] keys.
+  hlo = fns["argmax"].lower(jnp.zeros((cols,), f.dtype)).as_text()
+  assert f"tensor<{-(-cols // _xla._SPLIT_WIDTH)}x{_xla._SPLIT_WIDTH}xi" in hlo
+  rows = [FILLS[k](f, rng, 1, cols)[0] for k in range(len(FILLS))]
+  base = _normal_bits(f, rng, cols)
+  top, bottom = f.from_float(np.float32(100.0))[()], f.from_float(np.float32(-100.0))[()]
+  for positions in ([cols - 1], [0], [1, cols - 1], [cols - 130, cols - 2]):
+    b = base.copy()
+    b[positions] = top
+    b[[p - 1 for p in positions if p > 0] or [cols - 1]] = bottom
+    rows.append(b)
+  for bits in rows:
+    x = f.view(bits)
+    for op in OPS:
+      want = reference.argreduce(x, -1, False, op=op)
+      reference.assert_matches(jax.device_get(fns[op](jnp.asarray(x))), want, op=op)
+      reference.assert_matches(jax.device_get(fns[op](jnp.asarray(x[None]))),
+                               reference.argreduce(x[None], -1, False, op=op), op=op)
+  x = f.view(rows[0])[None]
+  for op in ("argmax", "argmin"):
+    got = _api.reduce(jnp.asarray(x), None, False, op=op, method="xla")
+    reference.assert_matches(jax.device_get(got), reference.argreduce(x, None, False, op=op),
+                             op=op)
+
+
+def _normal_bits(f, rng, cols):
+  return reference.FILLS[0](f, rng, 1, cols)[0]
+
+
+def test_split_comparator_keeps_the_lower_index_of_equal_keys():
+  """The split's comparator (_xla._pick) alone: a larger key wins wherever it is, equal keys
+  keep the lower index in either argument order (a CPU reduction runs in order, so the row
+  tests above would not see a comparator that ignores the index; a GPU tree would)."""
+  i32 = np.int32
+  for a, b in ((3, 7), (7, 3)):
+    key, index = _xla._pick((i32(5), i32(a)), (i32(5), i32(b)))
+    assert (int(key), int(index)) == (5, 3)
+  for first, second in (((i32(4), i32(1)), (i32(6), i32(9))),
+                        ((i32(6), i32(9)), (i32(4), i32(1)))):
+    key, index = _xla._pick(first, second)
+    assert (int(key), int(index)) == (6, 9)

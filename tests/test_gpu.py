@@ -174,6 +174,21 @@ def test_auto_routing_follows_dispatch(op, rng):
   print(f"{op}: auto took {sorted(routes)}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_row_xla_split_on_gpu(dtype, rng):
+  """One long row on the exact XLA path is reduced as rows of 128 columns (_xla.py): the four
+  ops against numpy on the GPU, every fill, lengths with and without padding."""
+  fns = {op: jax.jit(lambda v, op=op: _api.reduce(v, -1, False, op=op, method="xla"))
+         for op in OPS}
+  with x64_for(dtype):
+    for cols in (16384, 32000, 202049, 262144):
+      for _ in range(6):
+        x = fill_rows(dtype, rng, 1, cols)
+        for op, fn in fns.items():
+          reference.assert_matches(jax.device_get(fn(x)), reference.argreduce(x, -1, op=op),
+                                   op=op, msg=f"xla split 1x{cols} {dtype}")
+
+
 def test_device_plans_keep_the_planner_invariants():
   """Plans read on this GPU keep what test_launch_plan checks on made-up devices."""
   from test_launch_plan import MAX_PARTIALS

@@ -522,10 +522,15 @@ int main(int argc, char** argv) {
           CHECK(cudaMemcpy(l.d_t, l.t.data(), l.t.size(), cudaMemcpyHostToDevice));
           CHECK(cudaMemcpy(l.d_keys, l.keys.data(), l.keys.size() * 4, cudaMemcpyHostToDevice));
           CHECK(cudaMemcpy(l.d_off, l.offsets, 8, cudaMemcpyHostToDevice));
-          CHECK(cudaMemset(l.d_idx, 0xA5, c.rows * 8));
-          CHECK(cudaMemset(l.d_val, 0x5A, c.rows * tw));
+          CHECK(cudaMemsetAsync(l.d_idx, 0xA5, c.rows * 8, stream));
+          CHECK(cudaMemsetAsync(l.d_val, 0x5A, c.rows * tw, stream));
         }
-        CHECK(cudaMemset(d_ws, 0xEE, kWorkspaceBytes));
+        CHECK(cudaMemsetAsync(d_ws, 0xEE, kWorkspaceBytes, stream));
+        // `stream` is non-blocking: it does not wait for the legacy default stream, where the
+        // copies above ran (a pageable cudaMemcpy may return before its DMA lands), so wait
+        // for them here. (cudaMemset there once raced with the launches under load: the merge
+        // read the 0xEE poison the late memset put over the partials.)
+        CHECK(cudaDeviceSynchronize());
         for (int k = 0; k < 2; ++k) {  // back to back, one stream, one workspace
           Launch& l = L[k];
           CHECK(LaunchCategorical(stream, device, /*counter_slot=*/3, options, f,

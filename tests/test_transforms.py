@@ -476,6 +476,21 @@ def test_export_with_symbolic_shapes(op, spec, shape):
   _assert_same(exported.call(x), _ref(op, x, -1), _index_dtype(), op)
 
 
+@pytest.mark.parametrize("spec,shape,axis", [("n", (20000,), -1), ("1, n", (1, 16385), -1),
+                                             ("b, 128", (160, 128), None)])
+def test_export_xla_path_with_symbolic_shapes(spec, shape, axis):
+  """The exact XLA path (as on platforms without a handler) exports with a symbolic reduction
+  length: a symbolic row is never split by hand (_xla.py splits one row of static length), and
+  the exported call matches numpy on a row long enough to be split when static."""
+  fn = jax.jit(lambda v: jax_argreduce._api.reduce(v, axis, op="argmax", method="xla"))
+  exported = jax.export.export(fn)(
+      jax.ShapeDtypeStruct(jax.export.symbolic_shape(spec), jnp.float32))
+  exported = jax.export.deserialize(exported.serialize())
+  x = reference.fill_rows("float32", np.random.default_rng(2), 1, int(np.prod(shape)))
+  x = x.reshape(shape)
+  _assert_same(exported.call(x), _ref("argmax", x, axis), _index_dtype(), "argmax")
+
+
 @pytest.mark.parametrize("op", ALL_OPS)
 def test_export_static_shape_lowers_to_the_handler(op):
   """A static-shape export of a small input calls the op's CPU handler (the name from

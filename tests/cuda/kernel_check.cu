@@ -245,6 +245,9 @@ int main(int argc, char** argv) {
           CHECK(cudaMalloc(&d_val[k], c.rows * w));
           CHECK(cudaMemcpy(d_x[k], host[k].data(), host[k].size(), cudaMemcpyHostToDevice));
         }
+        // The copies ran on the legacy default stream, which the non-blocking `stream` does not
+        // wait for (a pageable cudaMemcpy may return before its DMA lands).
+        CHECK(cudaDeviceSynchronize());
         LaunchPlan plan;
         for (int is_min = 0; is_min < 2; ++is_min) {
           CHECK(PlanArgReduce(device, options, f, is_min, c.rows, c.cols, false, &plan));
