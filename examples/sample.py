@@ -709,6 +709,11 @@ def _sample_check(cfg: ModelConfig, params: dict, args) -> int:
   samplers = {p.sample_name: p.sample for p in PICKERS.values()}
   res = distribution_check(row, args.temperature, samplers, draws=args.check_draws,
                            seed=args.seed)
+  if res["df"] == 0:  # one bin holds every token: any sample fits, nothing is tested
+    print(f"sampling check: not informative for this row: softmax(logits / "
+          f"{args.temperature:g}) is too peaked for more than one equal-mass bin at "
+          f"{res['draws']} draws (raise --temperature or --check-draws, or drop --tied)")
+    return 0
   print(f"sampling check: {res['draws']} draws per sampler from sequence 0's first logits row, "
         f"token frequencies in {res['bins']} equal-mass bins vs softmax(logits / "
         f"{args.temperature:g}); chi-square fails above {res['threshold']:.1f} (df {res['df']}, "

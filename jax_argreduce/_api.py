@@ -6,6 +6,7 @@ with ``method=`` to force a path); ``_dispatch`` decides the path, ``_primitives
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import jax
@@ -220,6 +221,7 @@ def _key_bits(key, batch_shape, name: str):
   row: the batch layout, and its sharding, kept), from a typed PRNG key array (any impl:
   threefry2x32, rbg, unsafe_rbg; wider key data is mixed in) or a raw uint32 key array as
   ``jax.random`` accepts them (trailing dimension of key data)."""
+  raw = ""  # how a raw key's shape was read, for the error below
   if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
     data, key_shape = jax.random.key_data(key), key.shape
   else:
@@ -232,6 +234,8 @@ def _key_bits(key, batch_shape, name: str):
                        f"trailing dimension of 2 (threefry2x32) or 4 (rbg, unsafe_rbg) words; "
                        f"got shape {tuple(data.shape)}")
     key_shape = data.shape[:-1]
+    raw = (f" (raw key data of shape {tuple(data.shape)}: its trailing {data.shape[-1]} words "
+           "are one key)")
   data = data.astype(np.uint32)
   width = data.shape[-1]
   if width % 2:
@@ -247,16 +251,15 @@ def _key_bits(key, batch_shape, name: str):
     return folded.reshape((1,) * len(batch_shape) + (2,))
   if tuple(key_shape) != tuple(batch_shape):
     raise ValueError(f"{name}: key must have shape () or the logits' batch shape "
-                     f"{tuple(batch_shape)} (one key per row), got {tuple(key_shape)}")
+                     f"{tuple(batch_shape)} (one key per row), got {tuple(key_shape)}{raw}")
   return folded
 
 
-def _temperature(temperature, batch_shape, dtype, name: str):
-  """Temperature as ``[1] * n`` (shared) or ``batch_shape`` (per row) of the noise's dtype;
-  negative or NaN raise when concrete."""
-  shared = (1,) * len(batch_shape)
+def _check_temperature(temperature, name: str) -> None:
+  """Raises for a temperature that is not real (TypeError), and for a concrete one that is
+  negative or NaN (ValueError); a traced one is not checked (documented)."""
   if temperature is None:
-    return jnp.ones(shared, dtype)
+    return
   t_dtype = getattr(temperature, "dtype", None)
   if t_dtype is None:
     t_dtype = np.asarray(temperature).dtype
@@ -264,13 +267,22 @@ def _temperature(temperature, batch_shape, dtype, name: str):
     raise TypeError(f"{name}: temperature must be a real number or an array of real numbers, "
                     f"got {type(temperature).__name__}"
                     + (f" of dtype {temperature.dtype}" if hasattr(temperature, "dtype") else ""))
-  try:  # the value as given (a Python or numpy number stays concrete under jit)
-    concrete = np.asarray(temperature, dtype)
+  try:  # the value as given (a Python or numpy number stays concrete under an outer jit)
+    with jax.transfer_guard("allow"):  # this check's own read, not the caller's data flow
+      concrete = np.asarray(temperature).astype(np.float64)
   except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    concrete = None
-  t = jnp.asarray(temperature, dtype)
-  if concrete is not None and (np.any(np.isnan(concrete)) or np.any(concrete < 0)):
+    return
+  if np.any(np.isnan(concrete)) or np.any(concrete < 0):
     raise ValueError(f"{name}: temperature must be >= 0 and not NaN")
+
+
+def _temperature(temperature, batch_shape, dtype, name: str):
+  """Temperature (checked by _check_temperature) as ``[1] * n`` (shared) or ``batch_shape``
+  (per row) of the noise's dtype."""
+  shared = (1,) * len(batch_shape)
+  if temperature is None:
+    return jnp.ones(shared, dtype)
+  t = jnp.asarray(temperature, dtype)
   if t.ndim == 0:
     return t.reshape(shared)
   try:
@@ -299,7 +311,8 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
       the row index is part of the counter — or the logits' batch shape (``logits.shape``
       without ``axis``): one key per row, and a row's sample then does not depend on the batch
       it sits in (so ``vmap`` over keys and logits equals a loop).
-    logits: unnormalized log-probabilities, any float dtype (ints are converted to float32).
+    logits: unnormalized log-probabilities, any float dtype (ints and bools are converted to
+      the default float dtype: float32, or float64 when ``jax_enable_x64`` is on).
     axis: the category axis (default: the last; an int, never None).
     temperature: None (1.0), a real scalar, or a real array broadcasting to the batch shape. A row
       with ``T == 0`` (or so small that ``1 / T`` overflows) returns exactly ``argmax`` of that
@@ -348,14 +361,25 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
   _check_arraylike(name, logits)
   if isinstance(logits, jax.Array) and jnp.issubdtype(logits.dtype, jax.dtypes.prng_key):
     raise TypeError(f"{name}: logits is a PRNG key array; the arguments are (key, logits)")
+  if np.ndim(logits) == 0:
+    raise ValueError(f"{name}: logits must have at least one dimension")
+  axis = _normalize_axis(axis, np.ndim(logits))
+  _check_temperature(temperature, name)
+  if isinstance(axis_name, list):
+    axis_name = tuple(axis_name)
+  return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)
+
+
+# One program per call, also when called eagerly: no host-to-device transfer of our own
+# constants (the default temperature, the offsets operand) outside it (jax.transfer_guard).
+@functools.partial(jax.jit, static_argnames=("axis", "method", "axis_name"))
+def _categorical(key, logits, temperature, *, axis: int, method: str, axis_name):
+  name = "categorical"
   logits = jnp.asarray(logits)
   if jnp.issubdtype(logits.dtype, jnp.complexfloating):
     raise TypeError(f"{name}: logits must be real, got {logits.dtype}")
   if not jnp.issubdtype(logits.dtype, jnp.floating):
     logits = logits.astype(dtypes.canonicalize_dtype(np.float64))
-  if logits.ndim == 0:
-    raise ValueError(f"{name}: logits must have at least one dimension")
-  axis = _normalize_axis(axis, logits.ndim)
   if axis != logits.ndim - 1:
     logits = _xla.moveaxis_exact(logits, axis, -1)
   batch_shape, cols = logits.shape[:-1], logits.shape[-1]

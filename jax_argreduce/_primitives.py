@@ -15,8 +15,9 @@ import jax.numpy as jnp
 
 from jax_argreduce import _dispatch, _ffi, _sharding, _xla
 from jax_argreduce._compat import (CompoundFactor, Primitive, SdyShardingRule, ShapedArray,
-                                   Zero, ad, apply_primitive, batching, is_constant_shape, mlir,
-                                   sdy_sharding_rule_to_mlir, typeof, use_shardy)
+                                   Zero, ad, apply_primitive, batching, is_constant_dim,
+                                   is_constant_shape, mlir, sdy_sharding_rule_to_mlir, typeof,
+                                   use_shardy)
 
 
 def lower_handler(ctx, op: str, platform: str, operands, operand_factors, result_factors,
@@ -245,15 +246,14 @@ def _categorical_xla(keys, logits, temperature, offsets, *, index_dtype):
   batch, cols = logits.shape[:-1], logits.shape[-1]
   n, noise_dtype = len(batch), temperature.dtype
   shape = logits.shape
-  rows = int(np.prod(batch, dtype=np.int64))
-  per_key = rows // int(np.prod(keys.shape[:-1], dtype=np.int64))
-  flat_row = jnp.zeros(shape, np.uint32)
-  stride = 1
-  for d in reversed(range(n)):
-    flat_row = flat_row + jax.lax.broadcasted_iota(np.uint32, shape, d) * np.uint32(stride)
-    stride *= batch[d]
+  # The row counter: one key for the call, the row's position in the (row-major) batch; a key
+  # per row, 0 (as the handler: counter row = row % rows per key). Symbolic dimensions too.
+  if all(is_constant_dim(d) and d == 1 for d in keys.shape[:-1]):
+    row = jax.lax.broadcasted_iota(np.uint32, (math.prod(batch), cols), 0).reshape(shape)
+  else:
+    row = jnp.zeros(shape, np.uint32)
   row_off, col_off = (offsets[0], offsets[1]) if offsets.shape == (2,) else (0, 0)
-  row = jnp.asarray(row_off).astype(np.uint32) + flat_row % np.uint32(per_key)
+  row = jnp.asarray(row_off).astype(np.uint32) + row
   col = jnp.asarray(col_off).astype(np.uint32) + jax.lax.broadcasted_iota(np.uint32, shape, n)
   key = jnp.broadcast_to(keys, (*batch, 2))
   k0 = jnp.broadcast_to(key[..., 0:1], shape)
@@ -261,7 +261,9 @@ def _categorical_xla(keys, logits, temperature, offsets, *, index_dtype):
   g = -jnp.log(-jnp.log(_threefry_uniform(k0, k1, row, col, noise_dtype)))
   t = jnp.broadcast_to(temperature, batch)[..., None]
   x = logits.astype(noise_dtype)
-  y = jnp.where(t == 0, x, x * (1 / t) + g)
+  # Infinite logits stay infinite whatever T (1 / T may be 0: T = inf, or flushed to 0 by
+  # XLA's arithmetic), so -inf is never drawn; a NaN logit stays NaN and wins, as in argmax.
+  y = jnp.where(t == 0, x, jnp.where(jnp.isinf(x), x, x * (1 / t)) + g)
   values, indices = _xla.xla_max_with_index(y, is_min=False, index_dtype=index_dtype)
   return [values, indices]
 

@@ -560,16 +560,22 @@ def test_positive_inf_wins_first():
   np.testing.assert_array_equal(sample(jax.random.key(0), x, temperature=3.0), [9, 49, 0])
 
 
-@pytest.mark.parametrize("temperature", [1e30, 1e38, 3e38])
-def test_huge_temperature_never_draws_neg_inf(temperature):
-  """SPEC §1c: -inf logits are never drawn unless the whole row is -inf; a finite T is a valid
-  temperature however large (softmax(logits / T) is uniform over the finite logits)."""
+@pytest.mark.parametrize("method", ["auto", "xla"])
+@pytest.mark.parametrize("temperature", [1e30, 1e38, 3e38, float("inf")])
+def test_huge_temperature_never_draws_neg_inf(temperature, method):
+  """SPEC §1c: -inf logits are never drawn unless the whole row is -inf; a T however large,
+  inf included, leaves infinite logits infinite (softmax(logits / T) is uniform over the
+  finite ones), on the XLA path too, whose 1 / T is 0 there (-inf * 0 would be a NaN, which
+  wins); eager and under jit (XLA's CPU arithmetic flushes a subnormal 1 / T)."""
   x = np.zeros((1000, 4), np.float32)
   x[:, 0] = -np.inf
-  got = sample(jax.random.key(0), x, temperature=temperature)
-  assert (got != 0).all(), f"T={temperature}: drew the -inf logit in {(got == 0).sum()} rows"
-  stat, df, p = chi_square_gof(got, [0, 1 / 3, 1 / 3, 1 / 3])
-  assert p >= P_MIN
+  jitted = jax.jit(lambda k, v: jax_argreduce.categorical(k, v, temperature=temperature,
+                                                          method=method))
+  for got in (sample(jax.random.key(0), x, temperature=temperature, method=method),
+              np.asarray(jitted(jax.random.key(0), x))):
+    assert (got != 0).all(), f"T={temperature}: drew the -inf logit in {(got == 0).sum()} rows"
+    stat, df, p = chi_square_gof(got, [0, 1 / 3, 1 / 3, 1 / 3])
+    assert p >= P_MIN
 
 
 def test_same_key_same_samples_eager_and_jit():
@@ -822,6 +828,37 @@ def test_export_round_trip():
     restored = jax.export.deserialize(exported.serialize())
     np.testing.assert_array_equal(np.asarray(restored.call(key, x)), sample(key, x))
     np.testing.assert_array_equal(np.asarray(restored.call(key, part)), sample(key, part))
+
+
+def test_export_xla_method_with_symbolic_batch():
+  """The XLA path (method="xla", the path of platforms without the handler) exports with a
+  symbolic batch, one key or a key per row, and samples as the unexported call."""
+  x = np.random.default_rng(18).standard_normal((5, 300)).astype(np.float32)
+  b, = jax.export.symbolic_shape("b")
+  for keys_of in (lambda v: jax.random.key(19), lambda v: jax.random.split(jax.random.key(19),
+                                                                          v.shape[0])):
+    fn = jax.jit(lambda v: jax_argreduce.categorical(keys_of(v), v, method="xla"))
+    exported = jax.export.export(fn)(jax.ShapeDtypeStruct((b, 300), jnp.float32))
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(np.asarray(restored.call(x)), np.asarray(fn(x)))
+
+
+@pytest.mark.parametrize("method", ["auto", "xla"])
+def test_eager_call_makes_no_transfer_of_its_own(method):
+  """Eagerly, with device inputs, under jax.transfer_guard("disallow") (as
+  jax.random.categorical): the default temperature and the offsets operand are constants of
+  the call's own program, and a concrete temperature's check is allowed its own read."""
+  key = jax.random.key(20)
+  x = jnp.zeros((2, 5))
+  t = jnp.full((2,), 0.5)
+  with jax.transfer_guard("disallow"):
+    jax_argreduce.categorical(key, x, method=method).block_until_ready()
+    jax_argreduce.categorical(key, x, temperature=t, method=method).block_until_ready()
+
+
+def test_raw_key_shape_error_names_the_key_data():
+  with pytest.raises(ValueError, match=r"got \(2,\) \(raw key data of shape \(2, 2\)"):
+    jax_argreduce.categorical(jnp.zeros((2, 2), jnp.uint32), jnp.zeros((2, 2, 5)))
 
 
 @pytest.mark.parametrize("bad,exc", [
