@@ -86,6 +86,7 @@ def reduce(x, axis=None, keepdims=False, *, op: str = "argmax", method: str = "a
     axis = _normalize_axis(axis, x.ndim)
     out_shape = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1:]
   if not _dispatch.handles_dtype(x.dtype):
+    _check_axis_length(op, x.shape[axis], index_dtype)
     outs = _fallback(x, axis, is_min, with_value)
   else:
     outs = _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method,
@@ -94,11 +95,7 @@ def reduce(x, axis=None, keepdims=False, *, op: str = "argmax", method: str = "a
   return tuple(outs) if with_value else outs[0]
 
 
-def _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method, axis_name=None):
-  if axis != x.ndim - 1:
-    x = _xla.moveaxis_exact(x, axis, -1)
-
-  cols = x.shape[-1]
+def _check_axis_length(op: str, cols, index_dtype) -> None:
   if is_constant_dim(cols):  # symbolic (jax.export) lengths are checked by the handler
     if cols == 0:
       raise ValueError(f"attempt to get {op} of an empty sequence")
@@ -106,6 +103,13 @@ def _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method, axis
       raise ValueError(
           f"{op}: the reduction axis has {cols} elements, more than {index_dtype.name} "
           "indices can hold; enable jax_enable_x64 for int64 indices")
+
+
+def _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method, axis_name=None):
+  if axis != x.ndim - 1:
+    x = _xla.moveaxis_exact(x, axis, -1)
+
+  _check_axis_length(op, x.shape[-1], index_dtype)
   if axis_name is not None:  # x is this device's block of a split reduction axis
     return _sharding.reduce_over_axis_name(x, axis_name, is_min=is_min, with_value=with_value,
                                            index_dtype=index_dtype, method=method, op=op)
@@ -385,10 +389,14 @@ def _categorical(key, logits, temperature, *, axis: int, method: str, axis_name)
   batch_shape, cols = logits.shape[:-1], logits.shape[-1]
   if is_constant_dim(cols) and cols == 0:
     raise ValueError(f"{name}: attempt to sample from an empty set of categories")
+  index_dtype = dtypes.canonicalize_dtype(np.int64)
+  if is_constant_dim(cols) and cols - 1 > np.iinfo(index_dtype).max:
+    raise ValueError(f"{name}: the category axis has {cols} elements, more than "
+                     f"{index_dtype.name} indices can hold; enable jax_enable_x64 for int64 "
+                     "indices")
   noise_dtype = np.dtype(np.float64) if logits.dtype == np.float64 else np.dtype(np.float32)
   keys = _key_bits(key, batch_shape, name)
   t = _temperature(temperature, batch_shape, noise_dtype, name)
-  index_dtype = dtypes.canonicalize_dtype(np.int64)
   if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
     logits = logits.astype(np.float32)
   if axis_name is not None:  # logits: this device's block of a split vocabulary

@@ -282,3 +282,22 @@ def test_dispatch_is_the_one_router(op):
     assert _dispatch.handles_dtype(reference.np_dtype(d))
   for d in (np.int32, np.bool_, np.complex64, ml_dtypes.float8_e4m3fn):
     assert not _dispatch.handles_dtype(d)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "bool"])
+@pytest.mark.parametrize("op", ["argmax", "argmin", "max_with_index", "categorical"])
+def test_axis_longer_than_the_index_dtype_raises(op, dtype, x64_mode):
+  """An axis of 2^31 + 1 elements: ValueError with int32 indices, for the handlers' dtypes and
+  the jnp fallback's (ints, bool) alike, and for categorical; int64 indices (x64) hold it.
+  Shapes only (jax.eval_shape): nothing is allocated."""
+  n = 2**31 + 1
+  if op == "categorical":
+    fn = lambda v: jax_argreduce.categorical(jax.random.key(0), v, axis=0)
+  else:
+    fn = lambda v: getattr(jax_argreduce, op)(v, axis=0)
+  spec = jax.ShapeDtypeStruct((n, 1), dtype)
+  if x64_mode:
+    jax.eval_shape(fn, spec)
+  else:
+    with pytest.raises(ValueError, match="indices can hold"):
+      jax.eval_shape(fn, spec)
