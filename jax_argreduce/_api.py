@@ -365,10 +365,16 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
   _check_arraylike(name, logits)
   if isinstance(logits, jax.Array) and jnp.issubdtype(logits.dtype, jax.dtypes.prng_key):
     raise TypeError(f"{name}: logits is a PRNG key array; the arguments are (key, logits)")
+  if not isinstance(logits, (jax.Array, np.ndarray, np.generic)):  # e.g. __jax_array__
+    logits = jnp.asarray(logits)
   if np.ndim(logits) == 0:
     raise ValueError(f"{name}: logits must have at least one dimension")
   axis = _normalize_axis(axis, np.ndim(logits))
   _check_temperature(temperature, name)
+  if temperature is not None and not isinstance(temperature, jax.Array):
+    host_t = np.asarray(temperature)
+    if jnp.issubdtype(host_t.dtype, jnp.integer):  # a jit argument would wrap past int32
+      temperature = host_t.astype(np.float64)
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)
   return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)

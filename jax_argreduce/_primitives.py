@@ -246,12 +246,14 @@ def _categorical_xla(keys, logits, temperature, offsets, *, index_dtype):
   batch, cols = logits.shape[:-1], logits.shape[-1]
   n, noise_dtype = len(batch), temperature.dtype
   shape = logits.shape
-  # The row counter: one key for the call, the row's position in the (row-major) batch; a key
-  # per row, 0 (as the handler: counter row = row % rows per key). Symbolic dimensions too.
-  if all(is_constant_dim(d) and d == 1 for d in keys.shape[:-1]):
-    row = jax.lax.broadcasted_iota(np.uint32, (math.prod(batch), cols), 0).reshape(shape)
-  else:
-    row = jnp.zeros(shape, np.uint32)
+  # The row counter, as the handler's (flat row % rows per key): the row's position within
+  # the rows that share its key. Keys vary over leading batch dimensions only ([1, ...] for
+  # one key, the batch shape for a key per row, [vmapped..., 1, ...] under vmap), so that is
+  # the flat position over the dimensions after the last where keys vary; symbolic too.
+  lead = max((d + 1 for d, k in enumerate(keys.shape[:-1])
+              if not (is_constant_dim(k) and k == 1)), default=0)
+  row = jax.lax.broadcasted_iota(
+      np.uint32, (math.prod(batch[:lead]), math.prod(batch[lead:]), cols), 1).reshape(shape)
   row_off, col_off = (offsets[0], offsets[1]) if offsets.shape == (2,) else (0, 0)
   row = jnp.asarray(row_off).astype(np.uint32) + row
   col = jnp.asarray(col_off).astype(np.uint32) + jax.lax.broadcasted_iota(np.uint32, shape, n)

@@ -738,12 +738,15 @@ def test_per_row_keys_position_independent():
     np.testing.assert_array_equal(sample(ks[perm], x[perm]), got[perm])
 
 
-def test_vmap_equals_loop():
+@pytest.mark.parametrize("method", ["auto", "xla"])
+def test_vmap_equals_loop(method):
+  """On the handler and on the XLA path (whose row counter under vmap counts the rows that
+  share a key, as the handler does)."""
   rng = np.random.default_rng(14)
   x = jnp.asarray(rng.standard_normal((6, 4, 37)).astype(np.float32))
   keys = jax.random.split(jax.random.key(11), (6, 4))
   ts = jnp.asarray([0.0, 0.5, 1.0, 2.0, 3.0, 0.0], np.float32)
-  cat = jax_argreduce.categorical
+  cat = lambda k, v, **kw: jax_argreduce.categorical(k, v, method=method, **kw)
   loop = np.array([[int(cat(keys[i, j], x[i, j])) for j in range(4)] for i in range(6)])
   np.testing.assert_array_equal(np.asarray(jax.vmap(cat)(keys, x)), loop)
   np.testing.assert_array_equal(np.asarray(jax.vmap(jax.vmap(cat))(keys, x)), loop)
@@ -854,6 +857,25 @@ def test_eager_call_makes_no_transfer_of_its_own(method):
   with jax.transfer_guard("disallow"):
     jax_argreduce.categorical(key, x, method=method).block_until_ready()
     jax_argreduce.categorical(key, x, temperature=t, method=method).block_until_ready()
+
+
+def test_jax_array_protocol_logits_and_wide_integer_temperatures():
+  """Logits given through __jax_array__ (as argmax takes them); integer temperatures past
+  int32 (a jit argument would wrap them: 2**63 to 0, i.e. argmax) are taken as floats."""
+  class Wrapped:
+    def __init__(self, x):
+      self.x = x
+
+    def __jax_array__(self):
+      return self.x
+
+  key = jax.random.key(21)
+  x = jnp.asarray(np.random.default_rng(22).standard_normal((64, 50)).astype(np.float32))
+  np.testing.assert_array_equal(sample(key, Wrapped(x)), sample(key, x))
+  huge = sample(key, x, temperature=float(2**63))
+  for t in (2**63, np.uint64(2**63), np.array([2**63] * 64, np.uint64)):
+    np.testing.assert_array_equal(sample(key, x, temperature=t), huge)
+  assert not (huge == sample(key, x, temperature=0)).all()  # not argmax
 
 
 def test_raw_key_shape_error_names_the_key_data():
