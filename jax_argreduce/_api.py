@@ -85,8 +85,8 @@ def reduce(x, axis=None, keepdims=False, *, op: str = "argmax", method: str = "a
   else:
     axis = _normalize_axis(axis, x.ndim)
     out_shape = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1:]
+  _check_axis_length(op, x.shape[axis], index_dtype)
   if not _dispatch.handles_dtype(x.dtype):
-    _check_axis_length(op, x.shape[axis], index_dtype)
     outs = _fallback(x, axis, is_min, with_value)
   else:
     outs = _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method,
@@ -95,21 +95,22 @@ def reduce(x, axis=None, keepdims=False, *, op: str = "argmax", method: str = "a
   return tuple(outs) if with_value else outs[0]
 
 
-def _check_axis_length(op: str, cols, index_dtype) -> None:
-  if is_constant_dim(cols):  # symbolic (jax.export) lengths are checked by the handler
+def _check_axis_length(op: str, cols, index_dtype, *, empty: str | None = None,
+                       axis_word: str = "reduction") -> None:
+  """ValueError for an empty axis (``empty``: the message, jnp's by default) or one longer
+  than ``index_dtype`` indices hold; symbolic (jax.export) lengths are checked by the handler."""
+  if is_constant_dim(cols):
     if cols == 0:
-      raise ValueError(f"attempt to get {op} of an empty sequence")
+      raise ValueError(empty or f"attempt to get {op} of an empty sequence")
     if cols - 1 > np.iinfo(index_dtype).max:
       raise ValueError(
-          f"{op}: the reduction axis has {cols} elements, more than {index_dtype.name} "
+          f"{op}: the {axis_word} axis has {cols} elements, more than {index_dtype.name} "
           "indices can hold; enable jax_enable_x64 for int64 indices")
 
 
 def _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method, axis_name=None):
   if axis != x.ndim - 1:
     x = _xla.moveaxis_exact(x, axis, -1)
-
-  _check_axis_length(op, x.shape[-1], index_dtype)
   if axis_name is not None:  # x is this device's block of a split reduction axis
     return _sharding.reduce_over_axis_name(x, axis_name, is_min=is_min, with_value=with_value,
                                            index_dtype=index_dtype, method=method, op=op)
@@ -259,11 +260,12 @@ def _key_bits(key, batch_shape, name: str):
   return folded
 
 
-def _check_temperature(temperature, name: str) -> None:
-  """Raises for a temperature that is not real (TypeError), and for a concrete one that is
-  negative or NaN (ValueError); a traced one is not checked (documented)."""
+def _checked_temperature(temperature, name: str):
+  """The temperature to pass on, checked: TypeError if it is not real, ValueError if a concrete
+  one is negative or NaN (a traced one is not checked: documented). Host integers come back as
+  float64 (a jit argument would wrap them past int32)."""
   if temperature is None:
-    return
+    return None
   t_dtype = getattr(temperature, "dtype", None)
   if t_dtype is None:
     t_dtype = np.asarray(temperature).dtype
@@ -273,15 +275,19 @@ def _check_temperature(temperature, name: str) -> None:
                     + (f" of dtype {temperature.dtype}" if hasattr(temperature, "dtype") else ""))
   try:  # the value as given (a Python or numpy number stays concrete under an outer jit)
     with jax.transfer_guard("allow"):  # this check's own read, not the caller's data flow
-      concrete = np.asarray(temperature).astype(np.float64)
+      host = np.asarray(temperature)
   except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return
-  if np.any(np.isnan(concrete)) or np.any(concrete < 0):
+    return temperature
+  as_float = host.astype(np.float64)
+  if np.any(np.isnan(as_float)) or np.any(as_float < 0):
     raise ValueError(f"{name}: temperature must be >= 0 and not NaN")
+  if not isinstance(temperature, jax.Array) and jnp.issubdtype(host.dtype, jnp.integer):
+    return as_float
+  return temperature
 
 
 def _temperature(temperature, batch_shape, dtype, name: str):
-  """Temperature (checked by _check_temperature) as ``[1] * n`` (shared) or ``batch_shape``
+  """Temperature (checked by _checked_temperature) as ``[1] * n`` (shared) or ``batch_shape``
   (per row) of the noise's dtype."""
   shared = (1,) * len(batch_shape)
   if temperature is None:
@@ -370,11 +376,7 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
   if np.ndim(logits) == 0:
     raise ValueError(f"{name}: logits must have at least one dimension")
   axis = _normalize_axis(axis, np.ndim(logits))
-  _check_temperature(temperature, name)
-  if temperature is not None and not isinstance(temperature, jax.Array):
-    host_t = np.asarray(temperature)
-    if jnp.issubdtype(host_t.dtype, jnp.integer):  # a jit argument would wrap past int32
-      temperature = host_t.astype(np.float64)
+  temperature = _checked_temperature(temperature, name)
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)
   return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)
@@ -393,13 +395,9 @@ def _categorical(key, logits, temperature, *, axis: int, method: str, axis_name)
   if axis != logits.ndim - 1:
     logits = _xla.moveaxis_exact(logits, axis, -1)
   batch_shape, cols = logits.shape[:-1], logits.shape[-1]
-  if is_constant_dim(cols) and cols == 0:
-    raise ValueError(f"{name}: attempt to sample from an empty set of categories")
   index_dtype = dtypes.canonicalize_dtype(np.int64)
-  if is_constant_dim(cols) and cols - 1 > np.iinfo(index_dtype).max:
-    raise ValueError(f"{name}: the category axis has {cols} elements, more than "
-                     f"{index_dtype.name} indices can hold; enable jax_enable_x64 for int64 "
-                     "indices")
+  _check_axis_length(name, cols, index_dtype, axis_word="category",
+                     empty=f"{name}: attempt to sample from an empty set of categories")
   noise_dtype = np.dtype(np.float64) if logits.dtype == np.float64 else np.dtype(np.float32)
   keys = _key_bits(key, batch_shape, name)
   t = _temperature(temperature, batch_shape, noise_dtype, name)

@@ -112,12 +112,7 @@ def combine_pairs(values, indices, is_min: bool, *, with_value: bool = True):
     bits = lax.bitcast_convert_type(values, _BITS[values.dtype.itemsize])
     operands.append(bits)
     init.append(np.array(0, bits.dtype))
-
-  def better(a, b):
-    take_a = (a[0] > b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
-    return tuple(lax.select(take_a, x, y) for x, y in zip(a, b))
-
-  out = lax.reduce(tuple(operands), tuple(init), better, (values.ndim - 1,))
+  out = lax.reduce(tuple(operands), tuple(init), _xla.pick_pair, (values.ndim - 1,))
   value = lax.bitcast_convert_type(out[2], values.dtype) if with_value else None
   return value, out[1]
 
@@ -336,16 +331,10 @@ def xla_partitionable(x, *, is_min: bool, with_value: bool, index_dtype):
     return [lax.argmax(keys, x.ndim - 1, index_dtype)]
   iota = lax.broadcasted_iota(np.dtype(index_dtype), x.shape, x.ndim - 1)
   bits = lax.bitcast_convert_type(x, _BITS[x.dtype.itemsize])
-
-  def better(a, b):
-    (ka, ia, va), (kb, ib, vb) = a, b
-    take_a = (ka > kb) | ((ka == kb) & (ia < ib))
-    return (lax.select(take_a, ka, kb), lax.select(take_a, ia, ib), lax.select(take_a, va, vb))
-
   init = (np.array(np.iinfo(keys.dtype).min, keys.dtype),
           np.array(np.iinfo(np.dtype(index_dtype)).max, index_dtype),
           np.array(0, bits.dtype))
-  _, index, value_bits = lax.reduce((keys, iota, bits), init, better, (x.ndim - 1,))
+  _, index, value_bits = lax.reduce((keys, iota, bits), init, _xla.pick_pair, (x.ndim - 1,))
   return [lax.bitcast_convert_type(value_bits, x.dtype), index]
 
 

@@ -61,12 +61,11 @@ def xla_argreduce(x, *, is_min: bool, index_dtype):
   return lax.argmax(keys, x.ndim - 1, index_dtype)
 
 
-def _pick(a, b):
-  """Variadic-reduce comparator of (key, index) pairs: the larger key, then the lower index
-  (what XLA's own argmax reduces with)."""
-  (a_key, a_index), (b_key, b_index) = a, b
-  take_a = (a_key > b_key) | ((a_key == b_key) & (a_index < b_index))
-  return lax.select(take_a, a_key, b_key), lax.select(take_a, a_index, b_index)
+def pick_pair(a, b):
+  """Variadic-reduce comparator over (key, index, *carried) tuples: the larger key, then the
+  lower index (what XLA's own argmax reduces with); carried operands follow the winner."""
+  take_a = (a[0] > b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+  return tuple(lax.select(take_a, x, y) for x, y in zip(a, b))
 
 
 def _split_row_argmax(keys, index_dtype):
@@ -81,9 +80,9 @@ def _split_row_argmax(keys, index_dtype):
   padded = padded.reshape(parts, _SPLIT_WIDTH)
   init = (lowest, index_dtype(0))
   column = lax.broadcasted_iota(index_dtype, padded.shape, 1)
-  part_keys, part_columns = lax.reduce((padded, column), init, _pick, (1,))
+  part_keys, part_columns = lax.reduce((padded, column), init, pick_pair, (1,))
   part_first = lax.broadcasted_iota(index_dtype, (parts,), 0) * index_dtype(_SPLIT_WIDTH)
-  _, index = lax.reduce((part_keys, part_first + part_columns), init, _pick, (0,))
+  _, index = lax.reduce((part_keys, part_first + part_columns), init, pick_pair, (0,))
   return index
 
 

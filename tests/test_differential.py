@@ -378,14 +378,14 @@ def _normal_bits(f, rng, cols):
 
 
 def test_split_comparator_keeps_the_lower_index_of_equal_keys():
-  """The split's comparator (_xla._pick) alone: a larger key wins wherever it is, equal keys
+  """The split's comparator (_xla.pick_pair) alone: a larger key wins wherever it is, equal keys
   keep the lower index in either argument order (a CPU reduction runs in order, so the row
   tests above would not see a comparator that ignores the index; a GPU tree would)."""
   i32 = np.int32
   for a, b in ((3, 7), (7, 3)):
-    key, index = _xla._pick((i32(5), i32(a)), (i32(5), i32(b)))
+    key, index = _xla.pick_pair((i32(5), i32(a)), (i32(5), i32(b)))
     assert (int(key), int(index)) == (5, 3)
   for first, second in (((i32(4), i32(1)), (i32(6), i32(9))),
                         ((i32(6), i32(9)), (i32(4), i32(1)))):
-    key, index = _xla._pick(first, second)
+    key, index = _xla.pick_pair(first, second)
     assert (int(key), int(index)) == (6, 9)
