@@ -348,8 +348,9 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
     ``jax.random.categorical``).
 
   Raises:
-    ValueError: an empty category axis, a key of another shape (raw key data of another
-      width), a negative or NaN concrete temperature, a temperature of another shape.
+    ValueError: an empty category axis, or one longer than the index dtype can hold; a key
+      of another shape (raw key data of another width); a negative or NaN concrete
+      temperature; a temperature of another shape.
     IndexError: ``axis`` out of range.
     TypeError: ``key`` is not a key array, complex logits, a temperature that is not real
       (bool, complex, str).
