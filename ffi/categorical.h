@@ -15,7 +15,10 @@
 //
 // Skipping: G(bits) <= GumbelUpperBound(bits) (no log), and fl(a + G) <= fl(a + bound) by the
 // monotonicity of rounding, so an element whose bound key does not beat the running best
-// (which has a lower column: it wins ties) cannot win; its logs are not computed. On the GPU's
+// (which has a lower column: it wins ties) cannot win; its logs are not computed. Float32 noise
+// is bounded by its high half alone (gumbel.h), so such an element's low half (the second
+// stream's generator call) is not computed either (Visit, and the GPU's block kernel; the
+// split and team kernels prepare both halves up front: Prepare's kAll). On the GPU's
 // vector scan (VisitPrepared) the bound is also held against the best of the warp's lanes
 // where they scan the same row: an element whose bound key is strictly below another lane's
 // best (any column) cannot win or tie either.
@@ -84,12 +87,15 @@ struct GumbelKeyPolicy {
   static constexpr bool kBitsOnly = false;  // the key depends on the column
   static constexpr bool kIsMinOrder = false;
   using Bits = typename FormatTraits<F>::Bits;
-  // CUDA: vectors prepared and visited as one chunk (16 elements, 4 Philox blocks; float16: 8,
-  // its widening is longer and 16 spilled), and a register cap of 128 per thread (2 resident
+  // CUDA: vectors of 8 elements with float32 noise (float32: 32-byte vectors, so a vector holds
+  // one block of each stream; float64: 2 elements), prepared and visited as one chunk (16
+  // elements: 2 blocks of the high stream, 4 with the low one; float16: 8, its widening is
+  // longer and 16 spilled; float64: 8), and a register cap of 128 per thread (2 resident
   // 256-thread blocks per SM; a cap of 80 spilled and measured no faster, NOTES.md try 24;
   // 384-thread blocks in 80 registers, no faster either, try 36), which also marks the policy
   // compute-bound for the planner.
-  static constexpr int kPrepareChunk = F == Format::kF16 ? 1 : sizeof(Bits) == 2 ? 2 : 4;
+  static constexpr int kVecBytes = F == Format::kF32 ? 32 : 16;
+  static constexpr int kPrepareChunk = F == Format::kF16 ? 1 : F == Format::kF64 ? 4 : 2;
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr Format kNoiseFormat = F == Format::kF64 ? Format::kF64 : Format::kF32;
   using Noise = std::conditional_t<F == Format::kF64, double, float>;
@@ -116,7 +122,8 @@ struct GumbelKeyPolicy {
       return OrderedKey<kNoiseFormat, false>(gumbel_detail::AsBits(y));
     }
 
-    static constexpr uint32_t kPerBlock = F == Format::kF64 ? 2 : 4;  // columns per Philox call
+    // Columns per Philox call (float32 noise: per call of each stream).
+    static constexpr uint32_t kPerBlock = F == Format::kF64 ? 2 : 8;
 
     // The logit times 1/T; ±inf logits stay ±inf whatever 1/T is (T = inf would make them NaN).
     JAX_ARGREDUCE_HD Noise Scaled(Bits element) const {
@@ -137,12 +144,26 @@ struct GumbelKeyPolicy {
         return GumbelFromBitsF32(bits);
       }
     }
-    template <class NoiseBits>
-    JAX_ARGREDUCE_HD static Noise GumbelBound(NoiseBits bits) {
+    // What a scan holds of a column's noise before deciding whether it can win: float32
+    // noise, the 16-bit high half; float64 noise, all 64 bits.
+    using Prefix = std::conditional_t<F == Format::kF64, uint64_t, uint32_t>;
+    // A log-free upper bound of G over every noise value with that prefix.
+    JAX_ARGREDUCE_HD static Noise PrefixBound(Prefix prefix) {
       if constexpr (F == Format::kF64) {
-        return GumbelUpperBoundF64(bits);
+        return GumbelUpperBoundF64(prefix);
       } else {
-        return GumbelUpperBoundF32(bits);
+        return GumbelUpperBoundHighF32(prefix);
+      }
+    }
+    // The full noise bits of column `col` (this call's) from its prefix: float32 noise
+    // generates the low stream's block here.
+    JAX_ARGREDUCE_HD auto FullBits(Prefix prefix, int32_t col) const {
+      if constexpr (F == Format::kF64) {
+        return prefix;
+      } else {
+        const uint32_t c = col_offset + static_cast<uint32_t>(col);
+        return GumbelJoinF32(prefix, GumbelHalf(GumbelBitsLowF32(k0, k1, counter_row, c >> 3),
+                                                c & 7u));
       }
     }
     // The key of y = a + G, taken if strictly better (the caller visits columns in order).
@@ -156,13 +177,12 @@ struct GumbelKeyPolicy {
       }
     }
 
-    // One element: logit bits and its noise bits, column `col`.
-    template <class NoiseBits>
-    JAX_ARGREDUCE_HD void VisitOne(Bits element, NoiseBits bits, int32_t col, Key& best,
+    // One element: logit bits and its noise prefix, column `col`.
+    JAX_ARGREDUCE_HD void VisitOne(Bits element, Prefix prefix, int32_t col, Key& best,
                                    int32_t& best_index) const {
       const Noise a = Scaled(element);
-      if (KeyOf(gumbel_detail::Add(a, GumbelBound(bits))) <= best) return;
-      Take(a, bits, col, best, best_index);
+      if (KeyOf(gumbel_detail::Add(a, PrefixBound(prefix))) <= best) return;
+      Take(a, FullBits(prefix, col), col, best, best_index);
     }
 
     // Visits kN consecutive elements from column `first` in increasing column order, keeping
@@ -181,22 +201,31 @@ struct GumbelKeyPolicy {
         }
         return;
       }
-      uint32_t block_index = 0xFFFFFFFFu;
-      Philox4x32Block block{};
+      // The block of the column (float64: the pair's; float32: the high stream's), and for
+      // float32 the low stream's, generated once per block where needed.
+      uint32_t block_index = 0xFFFFFFFFu, low_index = 0xFFFFFFFFu;
+      Philox4x32Block block{}, low{};
       for (int j = 0; j < kN; ++j) {
         const uint32_t col = col_offset + static_cast<uint32_t>(first + j);
         if (col / kPerBlock != block_index) {
           block_index = col / kPerBlock;
           block = F == Format::kF64 ? GumbelBitsPairF64(k0, k1, counter_row, block_index)
-                                    : GumbelBitsGroupF32(k0, k1, counter_row, block_index);
+                                    : GumbelBitsHighF32(k0, k1, counter_row, block_index);
         }
         const uint32_t i = col % kPerBlock;
+        const Noise a = Scaled(elements[j]);
         if constexpr (F == Format::kF64) {
-          VisitOne(elements[j], GumbelBitsF64(block, i), first + j, best, best_index);
+          const uint64_t bits = GumbelBitsF64(block, i);
+          if (KeyOf(Add(a, GumbelUpperBoundF64(bits))) <= best) continue;
+          Take(a, bits, first + j, best, best_index);
         } else {
-          const uint32_t bits = i == 0 ? block.v[0] : i == 1 ? block.v[1] : i == 2 ? block.v[2]
-                                                                                 : block.v[3];
-          VisitOne(elements[j], bits, first + j, best, best_index);
+          const uint32_t high = GumbelHalf(block, i);
+          if (KeyOf(Add(a, GumbelUpperBoundHighF32(high))) <= best) continue;
+          if (low_index != block_index) {
+            low_index = block_index;
+            low = GumbelBitsLowF32(k0, k1, counter_row, block_index);
+          }
+          Take(a, GumbelJoinF32(high, GumbelHalf(low, i)), first + j, best, best_index);
         }
       }
     }
@@ -210,42 +239,83 @@ struct GumbelKeyPolicy {
       return !greedy && inv_t_positive &&
              (col_offset + static_cast<uint32_t>(first)) % kPerBlock == 0;
     }
-    template <int kVec, int kCount>
+    // A chunk's prepared noise prefixes as 32-bit words: float64 noise, the Philox blocks
+    // (two words per element); float32 noise, the high stream's blocks (two elements' high
+    // halves per word: element j in bits 16 * (j % 2) of word j / 2).
+    JAX_ARGREDUCE_HD static constexpr int WordsOf(int elements) {
+      return F == Format::kF64 ? 2 * elements : elements / 2;
+    }
+    // kAll: everything a visit may need, i.e. for float32 noise the low stream's blocks too,
+    // prepared with the high ones (two independent chains) instead of one call per candidate
+    // later: for scans whose threads mostly hold one or two vectors of a row (the split and
+    // team paths), where the warm start and the candidates' generator calls would sit on the
+    // critical path.
+    template <int kVec, int kCount, bool kAll = false>
     struct Prepared {
       static_assert(kVec % kPerBlock == 0, "a vector holds whole Philox blocks");
-      Philox4x32Block block[kVec * kCount / kPerBlock];
+      static constexpr bool kHasLow = kAll && F != Format::kF64;
+      uint32_t word[WordsOf(kVec * kCount)];
+      uint32_t low[kHasLow ? WordsOf(kVec * kCount) : 1];
     };
-    template <int kVec, int kCount>
-    JAX_ARGREDUCE_HD Prepared<kVec, kCount> Prepare(int32_t first, int32_t stride) const {
-      Prepared<kVec, kCount> p;  // CanPrepare(first); stride is a multiple of kVec
+    template <int kVec, int kCount, bool kAll = false>
+    JAX_ARGREDUCE_HD Prepared<kVec, kCount, kAll> Prepare(int32_t first, int32_t stride) const {
+      Prepared<kVec, kCount, kAll> p;  // CanPrepare(first); stride is a multiple of kVec
       for (int u = 0; u < kCount; ++u) {
         const uint32_t block0 = (col_offset + static_cast<uint32_t>(first) +
                                  static_cast<uint32_t>(u) * static_cast<uint32_t>(stride)) /
                                 kPerBlock;
         for (int b = 0; b < kVec / static_cast<int>(kPerBlock); ++b) {
-          p.block[u * (kVec / kPerBlock) + b] =
+          const Philox4x32Block block =
               F == Format::kF64 ? GumbelBitsPairF64(k0, k1, counter_row, block0 + b)
-                                : GumbelBitsGroupF32(k0, k1, counter_row, block0 + b);
+                                : GumbelBitsHighF32(k0, k1, counter_row, block0 + b);
+          const int at = WordsOf(u * kVec + b * static_cast<int>(kPerBlock));
+          for (int w = 0; w < 4; ++w) p.word[at + w] = block.v[w];
+          if constexpr (Prepared<kVec, kCount, kAll>::kHasLow) {
+            const Philox4x32Block low = GumbelBitsLowF32(k0, k1, counter_row, block0 + b);
+            for (int w = 0; w < 4; ++w) p.low[at + w] = low.v[w];
+          }
         }
       }
       return p;
     }
     // Vector u of a chunk's prepared work.
-    template <int kVec, int kCount>
-    JAX_ARGREDUCE_HD static Prepared<kVec, 1> Vector(const Prepared<kVec, kCount>& p, int u) {
-      Prepared<kVec, 1> one;
-      for (int b = 0; b < kVec / static_cast<int>(kPerBlock); ++b) {
-        one.block[b] = p.block[u * (kVec / kPerBlock) + b];
+    template <int kVec, int kCount, bool kAll>
+    JAX_ARGREDUCE_HD static Prepared<kVec, 1, kAll> Vector(const Prepared<kVec, kCount, kAll>& p,
+                                                           int u) {
+      Prepared<kVec, 1, kAll> one;
+      for (int w = 0; w < WordsOf(kVec); ++w) {
+        one.word[w] = p.word[u * WordsOf(kVec) + w];
+        if constexpr (Prepared<kVec, 1, kAll>::kHasLow) one.low[w] = p.low[u * WordsOf(kVec) + w];
       }
       return one;
     }
-    template <int kVec, int kCount>
-    JAX_ARGREDUCE_HD static auto NoiseBitsAt(const Prepared<kVec, kCount>& p, int j) {
-      const Philox4x32Block& block = p.block[j / kPerBlock];
+    // The prefix of element j of a chunk.
+    template <class P>
+    JAX_ARGREDUCE_HD static Prefix NoiseBitsAt(const P& p, int j) {
       if constexpr (F == Format::kF64) {
-        return GumbelBitsF64(block, j % kPerBlock);
+        return static_cast<uint64_t>(p.word[2 * j + 1]) << 32 | p.word[2 * j];
       } else {
-        return block.v[j % kPerBlock];
+        return (j % 2 != 0) ? p.word[j / 2] >> 16 : p.word[j / 2] & 0xFFFFu;
+      }
+    }
+    // The prepared low half of element j (0 where none was prepared).
+    template <class P>
+    JAX_ARGREDUCE_HD static uint32_t LowAt(const P& p, int j) {
+      if constexpr (P::kHasLow) {
+        return (j % 2 != 0) ? p.low[j / 2] >> 16 : p.low[j / 2] & 0xFFFFu;
+      } else {
+        return 0;
+      }
+    }
+    // The full noise bits of a chunk's element at column `col` from its prefix and prepared
+    // low half, or generated now.
+    template <class P>
+    JAX_ARGREDUCE_HD auto FullBitsOf(const P&, Prefix prefix, uint32_t low, int32_t col) const {
+      if constexpr (P::kHasLow) {
+        return GumbelJoinF32(prefix, low);
+      } else {
+        (void)low;
+        return FullBits(prefix, col);
       }
     }
 
@@ -267,9 +337,9 @@ struct GumbelKeyPolicy {
     // never taken. warp_shares_row: every lane of the calling warp scans this row (the
     // caller's threads per row are a multiple of 32), so the warp's best key is a valid skip
     // threshold for all.
-    template <int kVec, int kCount>
+    template <int kVec, int kCount, class P>
     JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first, int32_t stride,
-                                        int count, const Prepared<kVec, kCount>& p, Key& best,
+                                        int count, const P& p, Key& best,
                                         int32_t& best_index, bool warp_shares_row,
                                         VisitState& state) const {
       constexpr int kN = kVec * kCount;
@@ -305,7 +375,8 @@ struct GumbelKeyPolicy {
           if (warp_shares_row) {
             warp_best = __reduce_max_sync(mask, best);
             if (warp_best == KeyLimits<Key>::kLowest) {
-              Take(Scaled(elements[0]), NoiseBitsAt(p, 0), first, best, best_index);
+              Take(Scaled(elements[0]), FullBitsOf(p, NoiseBitsAt(p, 0), LowAt(p, 0), first),
+                   first, best, best_index);
               done = 1;
               warp_best = __reduce_max_sync(mask, best);
             }
@@ -334,26 +405,33 @@ struct GumbelKeyPolicy {
         bool some = state.open;
         if constexpr (F != Format::kF16) {  // float16's longer widening spilled (8-28 bytes)
           float logit_max[kN];
-          uint32_t bits_max[kN];
+          uint32_t high_max[kN / 2];  // two high halves per word: max.u16x2 on both at once
 #pragma unroll
-          for (int j = 0; j < kN; ++j) {
-            logit_max[j] = categorical_detail::Widen<F>(elements[j]);
-            bits_max[j] = NoiseBitsAt(p, j);
-          }
+          for (int j = 0; j < kN; ++j) logit_max[j] = categorical_detail::Widen<F>(elements[j]);
+#pragma unroll
+          for (int w = 0; w < kN / 2; ++w) high_max[w] = p.word[w];
 #pragma unroll
           for (int w = 1; w < kN; w *= 2) {  // a tree: independent steps, not one long chain
 #pragma unroll
             for (int j = 0; j + w < kN; j += 2 * w) {
               logit_max[j] = MaxNaNF32(logit_max[j], logit_max[j + w]);
-              bits_max[j] = max(bits_max[j], bits_max[j + w]);
             }
           }
-          some = state.open && !(Add(Mul(logit_max[0], inv_t), GumbelBound(bits_max[0])) < t);
+#pragma unroll
+          for (int w = 1; w < kN / 2; w *= 2) {
+#pragma unroll
+            for (int j = 0; j + w < kN / 2; j += 2 * w) {
+              high_max[j] = __vmaxu2(high_max[j], high_max[j + w]);
+            }
+          }
+          const uint32_t high = max(high_max[0] & 0xFFFFu, high_max[0] >> 16);
+          some = state.open &&
+                 !(Add(Mul(logit_max[0], inv_t), GumbelUpperBoundHighF32(high)) < t);
         }
         if (some) {
 #pragma unroll
           for (int j = 0; j < kN; ++j) {
-            const float y = Add(ScaledPositive(elements[j]), GumbelBound(NoiseBitsAt(p, j)));
+            const float y = Add(ScaledPositive(elements[j]), PrefixBound(NoiseBitsAt(p, j)));
             if (!(y < t)) candidates |= 1u << j;
           }
         }
@@ -361,7 +439,7 @@ struct GumbelKeyPolicy {
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
           const Key bound =
-              KeyOf(Add(ScaledPositive(elements[j]), GumbelBound(NoiseBitsAt(p, j))));
+              KeyOf(Add(ScaledPositive(elements[j]), PrefixBound(NoiseBitsAt(p, j))));
           if (bound > best) candidates |= 1u << j;
         }
       }
@@ -375,16 +453,18 @@ struct GumbelKeyPolicy {
           candidates &= candidates - 1;
           Bits element = elements[0];
           auto bits = NoiseBitsAt(p, 0);
+          uint32_t low = LowAt(p, 0);
           int32_t col = first;
 #pragma unroll
           for (int k = 1; k < kN; ++k) {  // register selects, no dynamic indexing
             if (k == j) {
               element = elements[k];
               bits = NoiseBitsAt(p, k);
+              low = LowAt(p, k);
               col = column(k);
             }
           }
-          Take(ScaledPositive(element), bits, col, best, best_index);
+          Take(ScaledPositive(element), FullBitsOf(p, bits, low, col), col, best, best_index);
         }
       } while (__any_sync(mask, candidates != 0));
 #else

@@ -5,10 +5,18 @@
 // What. G(key, row, col) = -log(-log(u)), u = (bits + 1/2) * 2^-W, strictly inside (0, 1), with
 // W = 32 random bits per float32 noise value and 64 per float64 one, from Philox-4x32-10 (Salmon
 // et al. 2011, Random123 constants) keyed by the two 32-bit key words. The counter holds only the
-// row, the column block and a format tag, so the noise never depends on launch geometry, batch
+// row, the column block and a stream tag, so the noise never depends on launch geometry, batch
 // split, vocab sharding or device:
-//   float32 noise (float32, bfloat16 and float16 logits: the noise is always float32)
-//     counter = (col / 4, row_lo, row_hi, 0); output word i belongs to column 4 * (col / 4) + i;
+//   float32 noise (float32, bfloat16 and float16 logits: the noise is always float32): the 32
+//     bits of column col are two 16-bit halves from two streams over blocks of 8 columns,
+//     bits = high << 16 | low, with g = col / 8 and j = col % 8
+//       high = half j of Philox(counter (g, row_lo, row_hi, 2)),
+//       low  = half j of Philox(counter (g, row_lo, row_hi, 3)),
+//     half j of a block being bits 16 * (j % 2) .. +15 of output word j / 2. G is
+//     non-decreasing in the bits, so the high half alone bounds it (GumbelUpperBoundHighF32): a
+//     scan generates the high stream for every column (one call per 8 columns) and the low
+//     stream only where an element could still win (the GPU's split and team paths, whose
+//     threads hold few vectors, generate both up front: NOTES.md try 39);
 //   float64 noise (float64 logits)
 //     counter = (col / 2, row_lo, row_hi, 1); column 2 * (col / 2) + j takes words 2j (low half)
 //     and 2j + 1 (high half).
@@ -36,7 +44,9 @@
 //   * no subnormal, infinity or NaN occurs on the noise path; still, never compile this with
 //     fast-math (-ffast-math is refused below; nvcc: no --use_fast_math, no -ftz=true).
 // GumbelUpperBound*(bits) is a cheap bound (no log) with G(bits) <= bound, so a scan can skip the
-// logs of elements that cannot win (logit / T + bound < running max) without changing a sample.
+// logs of elements that cannot win (logit / T + bound < running max) without changing a sample;
+// GumbelUpperBoundHighF32(high) bounds G over every 32-bit pattern with that high half, so the
+// scan skips the low stream's generator as well.
 #ifndef JAX_ARGREDUCE_FFI_GUMBEL_H_
 #define JAX_ARGREDUCE_FFI_GUMBEL_H_
 
@@ -89,13 +99,28 @@ JAX_ARGREDUCE_HD Philox4x32Block Philox4x32_10(Philox4x32Block counter, uint32_t
 }
 
 // The sampler's counter layout (see the top of this file). `row` is the int64 row index taken as
-// uint64 (two's complement); `block` = col / 4 (float32 noise) or col / 2 (float64 noise).
-JAX_ARGREDUCE_HD Philox4x32Block GumbelBitsGroupF32(uint32_t k0, uint32_t k1, uint64_t row,
-                                                    uint32_t group) {
+// uint64 (two's complement); `group` = col / 8 (float32 noise: the high and the low stream) or
+// `pair` = col / 2 (float64 noise).
+JAX_ARGREDUCE_HD Philox4x32Block GumbelBitsHighF32(uint32_t k0, uint32_t k1, uint64_t row,
+                                                   uint32_t group) {
   return Philox4x32_10(Philox4x32Block{{group, static_cast<uint32_t>(row),
-                                        static_cast<uint32_t>(row >> 32), 0u}},
+                                        static_cast<uint32_t>(row >> 32), 2u}},
                        k0, k1);
 }
+JAX_ARGREDUCE_HD Philox4x32Block GumbelBitsLowF32(uint32_t k0, uint32_t k1, uint64_t row,
+                                                  uint32_t group) {
+  return Philox4x32_10(Philox4x32Block{{group, static_cast<uint32_t>(row),
+                                        static_cast<uint32_t>(row >> 32), 3u}},
+                       k0, k1);
+}
+// Half j (0..7: column 8 * group + j) of a float32-noise block, in the low 16 bits.
+JAX_ARGREDUCE_HD uint32_t GumbelHalf(const Philox4x32Block& b, uint32_t j) {
+  // Selects rather than b.v[j / 2]: a dynamic index would put the block in local memory.
+  const uint32_t w = j < 4 ? (j < 2 ? b.v[0] : b.v[1]) : (j < 6 ? b.v[2] : b.v[3]);
+  return (j & 1u) != 0 ? w >> 16 : w & 0xFFFFu;
+}
+// The 32 noise bits of a float32 noise value from its two halves.
+JAX_ARGREDUCE_HD uint32_t GumbelJoinF32(uint32_t high, uint32_t low) { return high << 16 | low; }
 JAX_ARGREDUCE_HD Philox4x32Block GumbelBitsPairF64(uint32_t k0, uint32_t k1, uint64_t row,
                                                    uint32_t pair) {
   return Philox4x32_10(Philox4x32Block{{pair, static_cast<uint32_t>(row),
@@ -464,6 +489,11 @@ JAX_ARGREDUCE_HD float GumbelUpperBoundF32(uint32_t bits) {
   const float nf = Sub(AsFloat(0x4B400000u + n), 12582912.0f);       // exact
   return Fma(nf, 0x1.62e432p-1f /* ln 2 rounded up */, 0x1p-12f);
 }
+// G(high << 16 | low) <= GumbelUpperBoundHighF32(high) for every low (G and the bound are
+// non-decreasing in the bits): the bound of the largest pattern with that high half.
+JAX_ARGREDUCE_HD float GumbelUpperBoundHighF32(uint32_t high) {
+  return GumbelUpperBoundF32(high << 16 | 0xFFFFu);
+}
 JAX_ARGREDUCE_HD double GumbelUpperBoundF64(uint64_t bits) {
   using namespace gumbel_detail;
   const uint64_t n = static_cast<uint64_t>(Clz64(~bits)) + 1u;      // 1 .. 65
@@ -474,28 +504,34 @@ JAX_ARGREDUCE_HD double GumbelUpperBoundF64(uint64_t bits) {
 // ---------------------------------------------------------------------------------------------
 // The sampler's API: noise of (key, row, global column).
 // ---------------------------------------------------------------------------------------------
-struct GumbelF32x4 {
-  float v[4];  // columns 4*group + 0..3
+struct GumbelF32x8 {
+  float v[8];  // columns 8*group + 0..7
 };
 struct GumbelF64x2 {
   double v[2];  // columns 2*pair + 0..1
 };
 
-// Noise of columns 4*group .. 4*group+3 from one Philox call (the vector scan's unit).
-JAX_ARGREDUCE_HD GumbelF32x4 GumbelNoiseGroupF32(uint32_t k0, uint32_t k1, uint64_t row,
+// Noise of columns 8*group .. 8*group+7 from one call of each stream.
+JAX_ARGREDUCE_HD GumbelF32x8 GumbelNoiseGroupF32(uint32_t k0, uint32_t k1, uint64_t row,
                                                  uint32_t group) {
-  const Philox4x32Block b = GumbelBitsGroupF32(k0, k1, row, group);
-  return GumbelF32x4{{GumbelFromBitsF32(b.v[0]), GumbelFromBitsF32(b.v[1]),
-                      GumbelFromBitsF32(b.v[2]), GumbelFromBitsF32(b.v[3])}};
+  const Philox4x32Block high = GumbelBitsHighF32(k0, k1, row, group);
+  const Philox4x32Block low = GumbelBitsLowF32(k0, k1, row, group);
+  GumbelF32x8 g;
+  for (uint32_t j = 0; j < 8; ++j) {
+    g.v[j] = GumbelFromBitsF32(GumbelJoinF32(GumbelHalf(high, j), GumbelHalf(low, j)));
+  }
+  return g;
 }
 
-// Noise of one column (col < 2^31). Equals GumbelNoiseGroupF32(k0, k1, row, col / 4).v[col % 4].
+// The 32 noise bits of one column (col < 2^31).
+JAX_ARGREDUCE_HD uint32_t GumbelBitsF32(uint32_t k0, uint32_t k1, uint64_t row, uint32_t col) {
+  return GumbelJoinF32(GumbelHalf(GumbelBitsHighF32(k0, k1, row, col >> 3), col & 7u),
+                       GumbelHalf(GumbelBitsLowF32(k0, k1, row, col >> 3), col & 7u));
+}
+
+// Noise of one column. Equals GumbelNoiseGroupF32(k0, k1, row, col / 8).v[col % 8].
 JAX_ARGREDUCE_HD float GumbelNoiseF32(uint32_t k0, uint32_t k1, uint64_t row, uint32_t col) {
-  const Philox4x32Block b = GumbelBitsGroupF32(k0, k1, row, col >> 2);
-  const uint32_t i = col & 3u;
-  // Selects rather than b.v[i]: a dynamic index would put the block in local memory on the GPU.
-  const uint32_t bits = i == 0 ? b.v[0] : i == 1 ? b.v[1] : i == 2 ? b.v[2] : b.v[3];
-  return GumbelFromBitsF32(bits);
+  return GumbelFromBitsF32(GumbelBitsF32(k0, k1, row, col));
 }
 
 JAX_ARGREDUCE_HD uint64_t GumbelBitsF64(const Philox4x32Block& b, uint32_t j) {

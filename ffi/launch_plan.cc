@@ -51,9 +51,10 @@ const char* PathName(Path path) {
 
 LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int elem_bytes,
                          int key_bytes, const PlanOptions& options, bool compute_bound,
-                         bool graph_captured) {
+                         bool graph_captured, int vector_bytes) {
   LaunchPlan plan;
-  plan.vector_elements = 16 / elem_bytes;
+  plan.vector_elements = vector_bytes / elem_bytes;
+  const int64_t load_elements = 16 / elem_bytes;  // a load in flight is 16 bytes
   plan.pdl = options.pdl && caps.cc_major >= 9;
   const int64_t sms = std::max(caps.sms, 1);
   const int64_t team_capacity = sms * std::max(caps.team_blocks_per_sm, 1);
@@ -69,7 +70,7 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
     plan.team = team;
     // One wave of resident blocks at most; warps loop over the remaining rows.
     plan.grid = std::max<int64_t>(1, std::min(CeilDiv(rows * team, kBlockThreads), team_capacity));
-    plan.row_step = static_cast<int64_t>(team) * kInFlight * plan.vector_elements;
+    plan.row_step = static_cast<int64_t>(team) * kInFlight * load_elements;
     return plan;
   }
 
@@ -79,8 +80,9 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
   if (rows <= sms) {
     // Split path: enough blocks that one load round covers the row, no more than one wave of
     // the split kernel holds, and within the workspace.
-    const int64_t per_block_round = static_cast<int64_t>(kBlockThreads) *
-                                    (compute_bound ? 1 : kInFlight) * plan.vector_elements;
+    const int64_t per_block_round =
+        static_cast<int64_t>(kBlockThreads) *
+        (compute_bound ? plan.vector_elements : kInFlight * load_elements);
     const int64_t split_capacity = sms * std::max(caps.split_blocks_per_sm, 1);
     const int64_t parts = std::min({CeilDiv(cols, per_block_round),
                                     std::max<int64_t>(1, split_capacity / rows),
@@ -103,7 +105,7 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
   plan.path = Path::kBlock;
   plan.grid = std::min(rows, sms * std::max(caps.block_blocks_per_sm, 1));
   plan.row_step = static_cast<int64_t>(kBlockThreads) *
-                  (compute_bound ? kInFlight : kBlockInFlight) * plan.vector_elements;
+                  (compute_bound ? kInFlight : kBlockInFlight) * load_elements;
   return plan;
 }
 

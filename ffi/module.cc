@@ -124,7 +124,8 @@ NB_MODULE(_argreduce, m) {
   debug.def("plan", [](int64_t rows, int64_t cols, int elem_bytes, int key_bytes, int sms,
                        int cc_major, int team_blocks_per_sm, int block_blocks_per_sm,
                        int split_blocks_per_sm, nb::object pdl, nb::object merge,
-                       bool compute_bound, bool graph_captured) {
+                       bool compute_bound, bool graph_captured, int vector_bytes) {
+    if (vector_bytes != 16 && vector_bytes != 32) throw std::invalid_argument("vector_bytes");
     if (rows < 1 || cols < 1 || cols > INT32_MAX) throw std::invalid_argument("bad shape");
     DeviceCaps caps;
     caps.sms = sms;
@@ -133,13 +134,14 @@ NB_MODULE(_argreduce, m) {
     caps.block_blocks_per_sm = block_blocks_per_sm;
     caps.split_blocks_per_sm = split_blocks_per_sm;
     return PlanToDict(PlanRowReduce(caps, rows, cols, elem_bytes, key_bytes,
-                                    OptionsFrom(pdl, merge), compute_bound, graph_captured));
+                                    OptionsFrom(pdl, merge), compute_bound, graph_captured,
+                                    vector_bytes));
   }, nb::arg("rows"), nb::arg("cols"), nb::arg("elem_bytes"), nb::arg("key_bytes"),
      nb::arg("sms"), nb::arg("cc_major"), nb::arg("team_blocks_per_sm"),
      nb::arg("block_blocks_per_sm"), nb::arg("split_blocks_per_sm"),
      nb::arg("pdl") = nb::none(), nb::arg("merge") = nb::none(),
      nb::arg("compute_bound") = false, nb::arg("graph_captured") = false,
-     "The pure planner on made-up device capabilities.");
+     nb::arg("vector_bytes") = 16, "The pure planner on made-up device capabilities.");
   debug.def("set_plan_options", [](nb::object pdl, nb::object merge) {
     SetPlanOptions(OptionsFrom(pdl, merge));
   }, nb::arg("pdl") = nb::none(), nb::arg("merge") = nb::none(),

@@ -9,15 +9,21 @@
 //   Row::operator()(Bits bits, int32_t col) -> Key   // col: position in the row
 //   static constexpr int kMinBlocksPerSm;  // CUDA launch bounds: resident 256-thread blocks
 //                                          // (> 1: a compute-bound policy, launch_plan.h)
+// optionally
+//   static constexpr int kVecBytes;        // CUDA: bytes of the vector a thread visits at once
+//                                          // (16 by default, or 32: two 16-byte loads)
 // and, when not kBitsOnly,
 //   Row::Visit<kN>(const Bits* elements, int32_t first_col, Key& best, int32_t& best_index)
 // which folds kN consecutive elements into a running best in column order (so a policy can
 // share work between columns, or skip elements that cannot win), and, for the CUDA vector
 // scan, the same split in two steps over a chunk of kPrepareChunk vectors of kVec elements
 // (one thread's loads of a round, `stride` columns apart): CanPrepare(first_col) (uniform over
-// a row), Prepared<kVec, kCount> Prepare<kVec, kCount>(first_col, stride) (the column-dependent
-// work, computed ahead) and VisitPrepared<kVec, kCount>(elements, first_col, stride, count,
-// prepared, best, best_index, warp_shares_row, state) (the first `count` vectors are real;
+// a row), Prepare<kVec, kCount, kAll>(first_col, stride) (the column-dependent work, computed
+// ahead; kAll: the caller visits vector by vector (the split and team kernels, whose threads
+// mostly hold few vectors of a row), so whatever the visit may need is computed here, in
+// parallel, rather than later on the critical path) and
+// VisitPrepared<kVec, kCount>(elements, first_col, stride, count, prepared, best, best_index,
+// warp_shares_row, state) (the first `count` vectors are real;
 // called by the lanes that hold a chunk; they need not be converged: warp
 // operations over __activemask() only ever see lanes of this call, each of which finishes its
 // own work; warp_shares_row: all lanes of the warp scan the same row, so a warp-wide best is a

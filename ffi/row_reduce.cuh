@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "launch_plan.h"
 #include "order.h"
@@ -33,15 +34,33 @@ namespace jax_argreduce {
 namespace row_reduce {
 
 using Vec = uint4;  // one 16-byte load
+struct alignas(32) Vec32 {  // two 16-byte loads, one vector (a key policy's kVecBytes = 32)
+  uint4 lo, hi;
+};
 
-template <class Bits>
-__device__ __forceinline__ Bits Element(const Vec& v, int j) {
+// The vector a scan visits at once: 16 bytes, or Policy::kVecBytes where the policy asks (the
+// sampler's float32 vectors hold one 8-column block of its generator).
+template <class Policy, class = void>
+struct ScanVecOf {
+  using type = Vec;
+};
+template <class Policy>
+struct ScanVecOf<Policy, std::void_t<decltype(Policy::kVecBytes)>> {
+  static_assert(Policy::kVecBytes == 16 || Policy::kVecBytes == 32);
+  using type = std::conditional_t<Policy::kVecBytes == 32, Vec32, Vec>;
+};
+template <class Policy>
+inline constexpr int kVecBytesOf = static_cast<int>(sizeof(typename ScanVecOf<Policy>::type));
+
+template <class Bits, class V>
+__device__ __forceinline__ Bits Element(const V& v, int j) {
   return reinterpret_cast<const Bits*>(&v)[j];
 }
 
 // Plain coherent loads (see the file comment): ld.global through L1, never the non-coherent
 // .nc path. (ld.global.cg, which skips L1, measured 14% slower on 65536x1024 bfloat16.)
 __device__ __forceinline__ Vec LoadVec(const Vec* p) { return *p; }
+__device__ __forceinline__ Vec32 LoadVec(const Vec32* p) { return Vec32{p->lo, p->hi}; }
 template <class Bits>
 __device__ __forceinline__ Bits LoadBits(const Bits* p) {
   return *p;
@@ -139,7 +158,8 @@ __device__ __forceinline__ typename Policy::Key VectorKey(const Vec& v,
 }
 
 // This thread's best pair over its share of one row. The row is split into a scalar head (up
-// to the first 16-byte boundary), a body of 16-byte vectors, and a scalar tail. Thread `tid`
+// to the first vector boundary), a body of vectors (16 bytes, or the policy's kVecBytes: kLoads
+// counts 16-byte loads in flight either way), and a scalar tail. Thread `tid`
 // of `nthreads` takes vectors tid, tid + nthreads, ... Each thread visits its elements in
 // increasing column order, so the strict '>' keeps the lowest index among equal keys.
 //
@@ -153,7 +173,10 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     const typename Policy::Row& key_of) {
   using Bits = typename Policy::Bits;
   using Key = typename Policy::Key;
-  constexpr int kVec = sizeof(Vec) / sizeof(Bits);
+  using V = typename ScanVecOf<Policy>::type;
+  constexpr int kVec = sizeof(V) / sizeof(Bits);
+  // Vectors per round: kLoads 16-byte loads.
+  constexpr int kRound = kLoads * sizeof(Vec) >= sizeof(V) ? kLoads * sizeof(Vec) / sizeof(V) : 1;
   Key best = KeyLimits<Key>::kLowest;
   int32_t best_index = 0x7FFFFFFF;
   auto visit = [&](Bits bits, int32_t index) {
@@ -169,15 +192,16 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
   };
 
   const int32_t misalign =
-      static_cast<int32_t>((reinterpret_cast<uintptr_t>(row) % sizeof(Vec)) / sizeof(Bits));
+      static_cast<int32_t>((reinterpret_cast<uintptr_t>(row) % sizeof(V)) / sizeof(Bits));
   const int32_t head = min(cols, misalign == 0 ? 0 : kVec - misalign);
   const int32_t num_vecs = (cols - head) / kVec;
   const int32_t tail_start = head + num_vecs * kVec;  // <= cols
 
   for (int32_t c = tid; c < head; c += nthreads) visit(LoadBits(row + c), c);
 
-  const Vec* vecs = reinterpret_cast<const Vec*>(row + head);
+  const V* vecs = reinterpret_cast<const V*>(row + head);
   if constexpr (Policy::kBitsOnly) {
+    static_assert(std::is_same_v<V, Vec>, "the vector shortcut reads 16-byte vectors");
     // Track only the best key per vector and the first vector that reached it; the element's
     // column is recovered once at the end from that vector (reloaded: keeping it in registers
     // costs 10-20 registers per thread, and occupancy is register-bound; NOTES.md try 13).
@@ -236,19 +260,19 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     // policy can prepare the column-dependent work ahead (CanPrepare: uniform over a row), it
     // does so for a chunk of kChunk vectors at once (independent work the GPU overlaps, e.g.
     // the sampler's Philox chains; kChunk bounds the registers held), then visits the chunk.
-    static_assert(kLoads % Policy::kPrepareChunk == 0 || kLoads < Policy::kPrepareChunk);
-    constexpr int kChunk = kLoads < Policy::kPrepareChunk ? kLoads : Policy::kPrepareChunk;
+    static_assert(kRound % Policy::kPrepareChunk == 0 || kRound < Policy::kPrepareChunk);
+    constexpr int kChunk = kRound < Policy::kPrepareChunk ? kRound : Policy::kPrepareChunk;
     const int32_t stride = nthreads * kVec;  // columns between one thread's vectors of a round
     // A full round loads without bounds; the last one zeroes its vectors past the row's end
     // (a chunk visit reads but never takes them).
-    auto load_round = [&](Vec* buf, int32_t v, int32_t remaining) {
-      if (remaining >= kLoads * nthreads) {
+    auto load_round = [&](V* buf, int32_t v, int32_t remaining) {
+      if (remaining >= kRound * nthreads) {
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) buf[u] = LoadVec(vecs + v + u * nthreads);
+        for (int u = 0; u < kRound; ++u) buf[u] = LoadVec(vecs + v + u * nthreads);
       } else {
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          buf[u] = u * nthreads < remaining ? LoadVec(vecs + v + u * nthreads) : Vec{};
+        for (int u = 0; u < kRound; ++u) {
+          buf[u] = u * nthreads < remaining ? LoadVec(vecs + v + u * nthreads) : V{};
         }
       }
     };
@@ -261,15 +285,17 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
       typename Policy::Row::VisitState state{};
       for (int32_t v = tid; v < num_vecs;) {
         const int32_t remaining = num_vecs - v;  // >= 1
-        Vec buf[kLoads];
+        V buf[kRound];
         load_round(buf, v, remaining);
 #pragma unroll
-        for (int u0 = 0; u0 < kLoads; u0 += kChunk) {
+        for (int u0 = 0; u0 < kRound; u0 += kChunk) {
           if (u0 * nthreads < remaining) {
             const int32_t first = head + (v + u0 * nthreads) * kVec;
             // Unconditional for the whole chunk (pure arithmetic, past the row's end too) so
             // the compiler interleaves the chains.
-            const auto prepared = key_of.template Prepare<kVec, kChunk>(first, stride);
+            // (kVisitChunks false: few vectors per thread, latency-bound: prepare all of it.)
+            const auto prepared =
+                key_of.template Prepare<kVec, kChunk, !kVisitChunks>(first, stride);
             if constexpr (kVisitChunks) {
               // The chunk at once (kVisitChunks: kernels whose threads scan long rows, where a
               // row's best is good early and most chunks fail the policy's chunk-wide test).
@@ -293,23 +319,23 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
             }
           }
         }
-        if (remaining <= kLoads * nthreads) break;
-        v += kLoads * nthreads;
+        if (remaining <= kRound * nthreads) break;
+        v += kRound * nthreads;
       }
     } else {
       for (int32_t v = tid; v < num_vecs;) {
         const int32_t remaining = num_vecs - v;  // >= 1
-        Vec buf[kLoads];
+        V buf[kRound];
         load_round(buf, v, remaining);
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
+        for (int u = 0; u < kRound; ++u) {
           if (u * nthreads < remaining) {
             key_of.template Visit<kVec>(reinterpret_cast<const Bits*>(&buf[u]),
                                         head + (v + u * nthreads) * kVec, best, best_index);
           }
         }
-        if (remaining <= kLoads * nthreads) break;
-        v += kLoads * nthreads;
+        if (remaining <= kRound * nthreads) break;
+        v += kRound * nthreads;
       }
     }
   }
@@ -511,7 +537,7 @@ cudaError_t PlanRowReduceOn(int device, int64_t rows, int64_t cols, const PlanOp
   if (err != cudaSuccess) return err;
   *plan = PlanRowReduce(caps, rows, cols, sizeof(typename Policy::Bits),
                         sizeof(typename Policy::Key), options, Policy::kMinBlocksPerSm > 1,
-                        graph_captured);
+                        graph_captured, kVecBytesOf<Policy>);
   return cudaSuccess;
 }
 

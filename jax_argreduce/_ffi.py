@@ -89,14 +89,16 @@ def debug_plan(rows: int, cols: int, elem_bytes: int, *, sms: int, cc_major: int
                team_blocks_per_sm: int, block_blocks_per_sm: int, split_blocks_per_sm: int,
                key_bytes: int | None = None, pdl: bool | None = None,
                merge: str | None = None, compute_bound: bool = False,
-               graph_captured: bool = False) -> dict:
-  """The pure launch planner on made-up device capabilities (runs without a GPU)."""
+               graph_captured: bool = False, vector_bytes: int = 16) -> dict:
+  """The pure launch planner on made-up device capabilities (runs without a GPU).
+  ``vector_bytes``: 16, or 32 (the sampler's float32 scan visits 32-byte vectors)."""
   if key_bytes is None:
     key_bytes = 8 if elem_bytes == 8 else 4
   return dict(_argreduce.debug.plan(int(rows), int(cols), int(elem_bytes), int(key_bytes),
                                     int(sms), int(cc_major), int(team_blocks_per_sm),
                                     int(block_blocks_per_sm), int(split_blocks_per_sm), pdl,
-                                    merge, bool(compute_bound), bool(graph_captured)))
+                                    merge, bool(compute_bound), bool(graph_captured),
+                                    int(vector_bytes)))
 
 
 def debug_set_plan_options(*, pdl: bool | None = None, merge: str | None = None) -> dict:

@@ -50,14 +50,14 @@ def key_bytes(elem_bytes):
 
 
 def check_invariants(p, rows, cols, elem_bytes, device, pdl=None, merge=None,
-                     graph_captured=False, compute_bound=False):
+                     graph_captured=False, compute_bound=False, vector_bytes=16):
   """What every plan must satisfy; returns p."""
   caps = DEVICES[device]
   pdl = True if pdl is None else pdl
   merge = merge or "auto"
   where = f"{rows}x{cols} elem={elem_bytes} on {device} pdl={pdl}: {p}"
   assert p["path"] in PATHS, where
-  assert p["vector_elements"] == 16 // elem_bytes, where
+  assert p["vector_elements"] == vector_bytes // elem_bytes, where
   assert p["grid"] >= 1 and p["block"] >= 32 and p["block"] % 32 == 0, where
   assert p["grid"] <= INT32_MAX, where  # gridDim.x
   assert 0 <= p["workspace_bytes"] <= WORKSPACE_USABLE, where
@@ -310,13 +310,18 @@ def test_compute_bound_split_gives_one_vector_per_thread(device, elem_bytes):
   for rows in (1, 8, 64):
     for cols in (32000, 202048):
       p = plan(rows, cols, elem_bytes, device)
-      q = check_invariants(plan(rows, cols, elem_bytes, device, compute_bound=True), rows,
-                           cols, elem_bytes, device, compute_bound=True)
-      assert q["path"] == p["path"], (p, q)
-      if q["path"] == "split":
-        cap = min(caps["sms"] * caps["split_blocks_per_sm"] // rows, MAX_PARTIALS // rows)
-        want = min(math.ceil(cols / (q["block"] * q["vector_elements"])), cap)
-        assert q["parts"] == want and q["parts"] >= p["parts"], (p, q)
+      # the sampler's float32 scan visits 32-byte vectors (8 elements: one generator block)
+      for vector_bytes in (16, 32) if elem_bytes == 4 else (16,):
+        q = check_invariants(
+            plan(rows, cols, elem_bytes, device, compute_bound=True, vector_bytes=vector_bytes),
+            rows, cols, elem_bytes, device, compute_bound=True, vector_bytes=vector_bytes)
+        assert q["path"] == p["path"], (p, q)
+        if q["path"] == "split":
+          cap = min(caps["sms"] * caps["split_blocks_per_sm"] // rows, MAX_PARTIALS // rows)
+          want = min(math.ceil(cols / (q["block"] * q["vector_elements"])), cap)
+          assert q["parts"] == want and q["parts"] >= p["parts"], (p, q)
+        # the loads in flight per thread and round are 16-byte loads whatever the vector
+        assert q["row_step"] % (16 // elem_bytes) == 0, q
 
 
 def test_workspace_constant():

@@ -431,7 +431,7 @@ def test_export_gspmd():
 # ---------------------------------------------------------------------------------------------
 # categorical (SPEC §1c/§1d): sharded samples are the unsharded samples, index for index.
 
-CAT_COLS = 4 * 1001  # vocab blocks of 1001 columns: shard starts inside a Philox block (4 / 2)
+CAT_COLS = 4 * 1001  # vocab blocks of 1001 columns: shard starts inside a Philox block (8 / 2)
 CAT_T = np.array([1.0, 1.0, 1.0, 0.0, 0.5, 2.0, 1.0, 0.05], np.float32)  # row 3: T == 0
 
 

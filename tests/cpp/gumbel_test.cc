@@ -447,25 +447,36 @@ void TestGroupEqualsElement() {
   for (auto& k : keys)
     for (uint64_t row : rows)
       for (uint32_t c : cols) {
-        const GumbelF32x4 g = GumbelNoiseGroupF32(k[0], k[1], row, c / 4);
+        const GumbelF32x8 g = GumbelNoiseGroupF32(k[0], k[1], row, c / 8);
         const float one = GumbelNoiseF32(k[0], k[1], row, c);
         const GumbelF64x2 g64 = GumbelNoiseGroupF64(k[0], k[1], row, c / 2);
         const double one64 = GumbelNoiseF64(k[0], k[1], row, c);
-        mismatches += AsBits(g.v[c % 4]) != AsBits(one);
+        mismatches += AsBits(g.v[c % 8]) != AsBits(one);
         mismatches += AsBits(g64.v[c % 2]) != AsBits(one64);
         // and both equal the documented counter layout
-        const Philox4x32Block b = Philox4x32_10(
+        // float32: the high half from stream 2, the low half from stream 3, half c % 8 of
+        // each block (bits 16 * (c % 2) of word (c % 8) / 2)
+        const Philox4x32Block hb = Philox4x32_10(
             Philox4x32Block{
-                {c / 4, static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32), 0}},
+                {c / 8, static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32), 2}},
             k[0], k[1]);
-        mismatches += AsBits(GumbelFromBitsF32(b.v[c % 4])) != AsBits(one);
+        const Philox4x32Block lb = Philox4x32_10(
+            Philox4x32Block{
+                {c / 8, static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32), 3}},
+            k[0], k[1]);
+        const uint32_t shift = 16 * (c % 2);
+        const uint32_t bits32 = ((hb.v[(c % 8) / 2] >> shift) & 0xFFFFu) << 16 |
+                                ((lb.v[(c % 8) / 2] >> shift) & 0xFFFFu);
+        mismatches += AsBits(GumbelFromBitsF32(bits32)) != AsBits(one);
+        // the high half bounds the noise over every low half
+        mismatches += !(AsFloat(AsBits(one)) <= GumbelUpperBoundHighF32(bits32 >> 16));
         const Philox4x32Block b2 = Philox4x32_10(
             Philox4x32Block{
                 {c / 2, static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32), 1}},
             k[0], k[1]);
         const uint64_t w = static_cast<uint64_t>(b2.v[2 * (c % 2) + 1]) << 32 | b2.v[2 * (c % 2)];
         mismatches += AsBits(GumbelFromBitsF64(w)) != AsBits(one64);
-        checked += 4;
+        checked += 5;
       }
   char buf[120];
   std::snprintf(buf, sizeof buf, "%" PRIu64 " comparisons, %" PRIu64 " mismatches", checked,
@@ -486,27 +497,27 @@ void TestPinned() {
     uint64_t g64;
   };
   const Pin pins[] = {
-      {0x00000000u, 0x00000000u, 0x0ull, 0u, 0x3dadb63fu, 0xbfee66e49f80cd9eull},
-      {0x00000000u, 0x00000000u, 0x0ull, 1u, 0x4003f242u, 0x3fe93f31c750a5ecull},
-      {0x00000000u, 0x00000000u, 0x0ull, 3u, 0x3f308fa4u, 0x3fe5d12f886bca36ull},
-      {0x00000000u, 0x00000000u, 0x7ull, 5u, 0x4018b746u, 0x3fd19fcea922663dull},
-      {0x00000000u, 0x00000000u, 0x7ull, 202047u, 0xbf40960fu, 0x3fd21e24b174fe5full},
-      {0x00000000u, 0x00000000u, 0x100000003ull, 2u, 0x4003d6b7u, 0xbff32fe42b46d375ull},
-      {0x00000000u, 0x00000000u, 0x100000003ull, 2147483647u, 0x3f9ed8eeu, 0x3ffdd6e8a90058b1ull},
-      {0x12345678u, 0x9abcdef0u, 0x0ull, 0u, 0xbfc468e6u, 0x3fd1309b37455d4eull},
-      {0x12345678u, 0x9abcdef0u, 0x0ull, 1u, 0x4022fcaau, 0x3ff81a0738f87919ull},
-      {0x12345678u, 0x9abcdef0u, 0x0ull, 3u, 0xbe8b182eu, 0x3fe87b09b8ec6448ull},
-      {0x12345678u, 0x9abcdef0u, 0x7ull, 5u, 0x3f71ca90u, 0x3fe32bf15b8de78full},
-      {0x12345678u, 0x9abcdef0u, 0x7ull, 202047u, 0x3db5ccd2u, 0x3fe64b8dbd763fe2ull},
-      {0x12345678u, 0x9abcdef0u, 0x100000003ull, 2u, 0x3fd5507du, 0x3f9e556720041b9full},
-      {0x12345678u, 0x9abcdef0u, 0x100000003ull, 2147483647u, 0xbe3674e2u, 0x3feba6196c897f22ull},
-      {0xffffffffu, 0xffffffffu, 0x0ull, 0u, 0x3e60353eu, 0xbfddc9185918d280ull},
-      {0xffffffffu, 0xffffffffu, 0x0ull, 1u, 0xbf694918u, 0x3ff7b51739235789ull},
-      {0xffffffffu, 0xffffffffu, 0x0ull, 3u, 0xbf3213dbu, 0xbfde0f6362af94acull},
-      {0xffffffffu, 0xffffffffu, 0x7ull, 5u, 0xbe56fa9eu, 0xbfdeddac39b031baull},
-      {0xffffffffu, 0xffffffffu, 0x7ull, 202047u, 0xbf587391u, 0xbfda42c2cb4d7eccull},
-      {0xffffffffu, 0xffffffffu, 0x100000003ull, 2u, 0xbf0391e8u, 0xbfb967418a240686ull},
-      {0xffffffffu, 0xffffffffu, 0x100000003ull, 2147483647u, 0x400239beu, 0x3fd874931af2b0fcull},
+      {0x00000000u, 0x00000000u, 0x0ull, 0u, 0x3faba71au, 0xbfee66e49f80cd9eull},
+      {0x00000000u, 0x00000000u, 0x0ull, 1u, 0x3ff6225au, 0x3fe93f31c750a5ecull},
+      {0x00000000u, 0x00000000u, 0x0ull, 3u, 0x3f737574u, 0x3fe5d12f886bca36ull},
+      {0x00000000u, 0x00000000u, 0x7ull, 5u, 0x3ed28bf9u, 0x3fd19fcea922663dull},
+      {0x00000000u, 0x00000000u, 0x7ull, 202047u, 0xbe2b01f6u, 0x3fd21e24b174fe5full},
+      {0x00000000u, 0x00000000u, 0x100000003ull, 2u, 0x3eaa7259u, 0xbff32fe42b46d375ull},
+      {0x00000000u, 0x00000000u, 0x100000003ull, 2147483647u, 0x3eff04aeu, 0x3ffdd6e8a90058b1ull},
+      {0x12345678u, 0x9abcdef0u, 0x0ull, 0u, 0xbee24d29u, 0x3fd1309b37455d4eull},
+      {0x12345678u, 0x9abcdef0u, 0x0ull, 1u, 0xbe089716u, 0x3ff81a0738f87919ull},
+      {0x12345678u, 0x9abcdef0u, 0x0ull, 3u, 0xbe1af8c6u, 0x3fe87b09b8ec6448ull},
+      {0x12345678u, 0x9abcdef0u, 0x7ull, 5u, 0xbf8e9670u, 0x3fe32bf15b8de78full},
+      {0x12345678u, 0x9abcdef0u, 0x7ull, 202047u, 0xbfc59fbcu, 0x3fe64b8dbd763fe2ull},
+      {0x12345678u, 0x9abcdef0u, 0x100000003ull, 2u, 0xbfa3de15u, 0x3f9e556720041b9full},
+      {0x12345678u, 0x9abcdef0u, 0x100000003ull, 2147483647u, 0x3f4c4408u, 0x3feba6196c897f22ull},
+      {0xffffffffu, 0xffffffffu, 0x0ull, 0u, 0xbee0a58bu, 0xbfddc9185918d280ull},
+      {0xffffffffu, 0xffffffffu, 0x0ull, 1u, 0x40034cfeu, 0x3ff7b51739235789ull},
+      {0xffffffffu, 0xffffffffu, 0x0ull, 3u, 0xbece9f08u, 0xbfde0f6362af94acull},
+      {0xffffffffu, 0xffffffffu, 0x7ull, 5u, 0x3f64f173u, 0xbfdeddac39b031baull},
+      {0xffffffffu, 0xffffffffu, 0x7ull, 202047u, 0x3ce7b2b6u, 0xbfda42c2cb4d7eccull},
+      {0xffffffffu, 0xffffffffu, 0x100000003ull, 2u, 0xbfa56228u, 0xbfb967418a240686ull},
+      {0xffffffffu, 0xffffffffu, 0x100000003ull, 2147483647u, 0x3e223810u, 0x3fd874931af2b0fcull},
   };
   int bad = 0;
   for (const Pin& p : pins) {
