@@ -295,14 +295,14 @@ struct GumbelKeyPolicy {
       if constexpr (F == Format::kF64) {
         return static_cast<uint64_t>(p.word[2 * j + 1]) << 32 | p.word[2 * j];
       } else {
-        return (j % 2 != 0) ? p.word[j / 2] >> 16 : p.word[j / 2] & 0xFFFFu;
+        return GumbelHalfOfWord(p.word[j / 2], static_cast<uint32_t>(j));
       }
     }
     // The prepared low half of element j (0 where none was prepared).
     template <class P>
     JAX_ARGREDUCE_HD static uint32_t LowAt(const P& p, int j) {
       if constexpr (P::kHasLow) {
-        return (j % 2 != 0) ? p.low[j / 2] >> 16 : p.low[j / 2] & 0xFFFFu;
+        return GumbelHalfOfWord(p.low[j / 2], static_cast<uint32_t>(j));
       } else {
         return 0;
       }

@@ -100,18 +100,20 @@ JAX_ARGREDUCE_HD Philox4x32Block Philox4x32_10(Philox4x32Block counter, uint32_t
 
 // The sampler's counter layout (see the top of this file). `row` is the int64 row index taken as
 // uint64 (two's complement); `group` = col / 8 (float32 noise: the high and the low stream) or
-// `pair` = col / 2 (float64 noise).
+// `pair` = col / 2 (float64 noise); `stream` the tag in the counter's last word.
+JAX_ARGREDUCE_HD Philox4x32Block GumbelCounterBlock(uint32_t k0, uint32_t k1, uint64_t row,
+                                                    uint32_t block, uint32_t stream) {
+  return Philox4x32_10(Philox4x32Block{{block, static_cast<uint32_t>(row),
+                                        static_cast<uint32_t>(row >> 32), stream}},
+                       k0, k1);
+}
 JAX_ARGREDUCE_HD Philox4x32Block GumbelBitsHighF32(uint32_t k0, uint32_t k1, uint64_t row,
                                                    uint32_t group) {
-  return Philox4x32_10(Philox4x32Block{{group, static_cast<uint32_t>(row),
-                                        static_cast<uint32_t>(row >> 32), 2u}},
-                       k0, k1);
+  return GumbelCounterBlock(k0, k1, row, group, 2u);
 }
 JAX_ARGREDUCE_HD Philox4x32Block GumbelBitsLowF32(uint32_t k0, uint32_t k1, uint64_t row,
                                                   uint32_t group) {
-  return Philox4x32_10(Philox4x32Block{{group, static_cast<uint32_t>(row),
-                                        static_cast<uint32_t>(row >> 32), 3u}},
-                       k0, k1);
+  return GumbelCounterBlock(k0, k1, row, group, 3u);
 }
 // Half j (0..7: column 8 * group + j) of a float32-noise block, in the low 16 bits.
 JAX_ARGREDUCE_HD uint32_t GumbelHalf(const Philox4x32Block& b, uint32_t j) {
@@ -119,13 +121,15 @@ JAX_ARGREDUCE_HD uint32_t GumbelHalf(const Philox4x32Block& b, uint32_t j) {
   const uint32_t w = j < 4 ? (j < 2 ? b.v[0] : b.v[1]) : (j < 6 ? b.v[2] : b.v[3]);
   return (j & 1u) != 0 ? w >> 16 : w & 0xFFFFu;
 }
+// Half j % 2 of one 32-bit output word (half 1: the upper 16 bits), in the low 16 bits.
+JAX_ARGREDUCE_HD uint32_t GumbelHalfOfWord(uint32_t word, uint32_t j) {
+  return (j & 1u) != 0 ? word >> 16 : word & 0xFFFFu;
+}
 // The 32 noise bits of a float32 noise value from its two halves.
 JAX_ARGREDUCE_HD uint32_t GumbelJoinF32(uint32_t high, uint32_t low) { return high << 16 | low; }
 JAX_ARGREDUCE_HD Philox4x32Block GumbelBitsPairF64(uint32_t k0, uint32_t k1, uint64_t row,
                                                    uint32_t pair) {
-  return Philox4x32_10(Philox4x32Block{{pair, static_cast<uint32_t>(row),
-                                        static_cast<uint32_t>(row >> 32), 1u}},
-                       k0, k1);
+  return GumbelCounterBlock(k0, k1, row, pair, 1u);
 }
 
 // ---------------------------------------------------------------------------------------------

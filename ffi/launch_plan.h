@@ -96,10 +96,11 @@ struct LaunchPlan {
 // Plan for `rows` x `cols` (1 <= cols <= INT32_MAX, rows >= 1) elements of `elem_bytes` bytes
 // whose keys are `key_bytes` wide (4 or 8). `compute_bound`: the key policy costs far more than
 // its loads (the sampler's noise): the split path then gives each thread one vector, i.e.
-// kInFlight * 16 / vector_bytes times more blocks per row, within one wave. `graph_captured`: the launch is being
-// captured into a CUDA graph (MergeMode::kAuto). `vector_bytes`: the bytes a thread visits as
-// one vector (16, or 32 for the sampler's float32 scan: one block of its generator); the loads
-// in flight per thread stay kInFlight (kBlockInFlight) 16-byte loads either way.
+// kInFlight * 16 / vector_bytes times more blocks per row, within one wave. `graph_captured`:
+// the launch is being captured into a CUDA graph (MergeMode::kAuto). `vector_bytes`: the bytes
+// a thread visits as one vector (16, or 32 for the sampler's float32 scan: one block of its
+// generator); the loads in flight per thread stay kInFlight (kBlockInFlight) 16-byte loads
+// either way.
 LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int elem_bytes,
                          int key_bytes, const PlanOptions& options, bool compute_bound = false,
                          bool graph_captured = false, int vector_bytes = 16);
