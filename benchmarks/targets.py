@@ -33,7 +33,8 @@ LARGE_SHAPES = ((4096, 4096), (65536, 1024), (256, 202048))
 # SPEC §3b / issue 10's in-chain shapes, plus 16x202048 (as many bytes in float32 as 32x202048
 # in bfloat16) and single rows of common vocabularies.
 CHAIN_SHAPES = ((1, 202048), (8, 202048), (16, 202048), (32, 202048), (256, 202048),
-                (8, 32000), (64, 128256), (1, 32000), (1, 128256))
+                (8, 32000), (64, 128256), (1, 32000), (1, 128256), (128, 202048),
+                (65536, 1024))
 # Issue 11's sharded inputs: (dtype, rows, cols).
 SHARDED_CASES = ((F32, 8, 202048), (BF16, 32, 202048), (BF16, 256, 202048))
 

@@ -160,8 +160,10 @@ __device__ __forceinline__ typename Policy::Key VectorKey(const Vec& v,
 // This thread's best pair over its share of one row. The row is split into a scalar head (up
 // to the first vector boundary), a body of vectors (16 bytes, or the policy's kVecBytes: kLoads
 // counts 16-byte loads in flight either way), and a scalar tail. Thread `tid`
-// of `nthreads` takes vectors tid, tid + nthreads, ... Each thread visits its elements in
-// increasing column order, so the strict '>' keeps the lowest index among equal keys.
+// of `nthreads` takes vectors tid, tid + nthreads, ... Column-dependent policies visit their
+// elements in increasing column order, so the strict '>' keeps the lowest index among equal
+// keys; bits-only policies visit the body's rounds from the row's end down and take ties ('>='),
+// which keeps the lowest index too.
 //
 // kKeepLastRound: recover the winner's column from the vectors still in registers when it was
 // loaded in the thread's last round (the split path's threads read one round), instead of
@@ -205,33 +207,42 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     // Track only the best key per vector and the first vector that reached it; the element's
     // column is recovered once at the end from that vector (reloaded: keeping it in registers
     // costs 10-20 registers per thread, and occupancy is register-bound; NOTES.md try 13).
+    //
+    // Rounds run from the row's end to its start: a producer (the LM head's matmul) writes
+    // the last columns last, so they are the likeliest still in L2 when a row is larger than
+    // it (NOTES.md try 40). Visited from the highest column down, a vector takes a tie ('>='),
+    // so the lowest column keeps it.
     Key body_best = KeyLimits<Key>::kLowest;
     int32_t body_vec = -1;
     int body_u = 0;          // which buffer slot held it, in the round starting at body_round
     int32_t body_round = -1;
     int32_t last_round = -1;
     Vec buf[kLoads];
-    for (int32_t v = tid; v < num_vecs;) {
-      const int32_t remaining = num_vecs - v;  // >= 1
+    const int32_t round_vecs = kLoads * nthreads;  // vectors of one round of all threads
+    if (tid < num_vecs) {
+      // This thread's rounds start at tid + r * round_vecs, r = 0 .. (num_vecs - 1 - tid) /
+      // round_vecs; every start is < num_vecs, so none overflows.
+      for (int32_t v = tid + (num_vecs - 1 - tid) / round_vecs * round_vecs;; v -= round_vecs) {
+        const int32_t remaining = num_vecs - v;  // >= 1
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        if (u * nthreads < remaining) buf[u] = LoadVec(vecs + v + u * nthreads);
-      }
+        for (int u = 0; u < kLoads; ++u) {
+          if (u * nthreads < remaining) buf[u] = LoadVec(vecs + v + u * nthreads);
+        }
 #pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        if (u * nthreads < remaining) {
-          const Key key = VectorKey<Policy>(buf[u], key_of);
-          if (key > body_best) {  // strict: the first vector (lowest columns) keeps a tie
-            body_best = key;
-            body_vec = v + u * nthreads;  // < num_vecs
-            body_u = u;
-            body_round = v;
+        for (int u = kLoads - 1; u >= 0; --u) {
+          if (u * nthreads < remaining) {
+            const Key key = VectorKey<Policy>(buf[u], key_of);
+            if (key >= body_best) {  // visited downwards: the lowest columns keep a tie
+              body_best = key;
+              body_vec = v + u * nthreads;  // < num_vecs
+              body_u = u;
+              body_round = v;
+            }
           }
         }
+        last_round = v;
+        if (v == tid) break;  // the row's first round: v - round_vecs would be negative
       }
-      last_round = v;
-      if (remaining <= kLoads * nthreads) break;
-      v += kLoads * nthreads;  // < num_vecs
     }
     // Head columns are lower than body columns: the body wins only with a strictly larger key.
     if (body_vec >= 0 && body_best > best) {
@@ -363,14 +374,16 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
   const int64_t rows_per_pass =
       static_cast<int64_t>(gridDim.x) * (kBlockThreads / kWarpSize) * kTeamsPerWarp;
   // The loop bound is uniform across the warp, so every lane reaches the shuffles.
+  // Rows from the last to the first (the last a producer wrote are the likeliest in L2).
   for (int64_t first = warp * kTeamsPerWarp; first < rows; first += rows_per_pass) {
-    const int64_t row = first + lane / kTeam;
+    const int64_t rank = first + lane / kTeam;
+    const int64_t row = rows - 1 - rank;  // valid where rank < rows
     Pair p = Pair::Identity();
-    if (row < rows) {
+    if (rank < rows) {
       p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam, policy.ForRow(row));
     }
     p = WarpReduce<kTeam>(p);
-    if (team_lane == 0 && row < rows) epilogue(row, p, x + row * cols);
+    if (team_lane == 0 && rank < rows) epilogue(row, p, x + row * cols);
   }
 }
 
@@ -382,7 +395,9 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
   // A compute-bound policy (launch bounds > 1 block per SM) holds fewer loads in flight.
   constexpr int kLoads = Policy::kMinBlocksPerSm > 1 ? kInFlight : kBlockInFlight;
   GridDependencyWait();
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  // Rows from the last to the first (the last a producer wrote are the likeliest in L2).
+  for (int64_t rank = blockIdx.x; rank < rows; rank += gridDim.x) {
+    const int64_t row = rows - 1 - rank;
     auto p = ScanRow<Policy, kLoads, false, true>(x + row * cols, cols, threadIdx.x,
                                                   kBlockThreads, policy.ForRow(row));
     p = BlockReduce<kBlockThreads>(p);
