@@ -374,16 +374,14 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
   const int64_t rows_per_pass =
       static_cast<int64_t>(gridDim.x) * (kBlockThreads / kWarpSize) * kTeamsPerWarp;
   // The loop bound is uniform across the warp, so every lane reaches the shuffles.
-  // Rows from the last to the first (the last a producer wrote are the likeliest in L2).
   for (int64_t first = warp * kTeamsPerWarp; first < rows; first += rows_per_pass) {
-    const int64_t rank = first + lane / kTeam;
-    const int64_t row = rows - 1 - rank;  // valid where rank < rows
+    const int64_t row = first + lane / kTeam;
     Pair p = Pair::Identity();
-    if (rank < rows) {
+    if (row < rows) {
       p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam, policy.ForRow(row));
     }
     p = WarpReduce<kTeam>(p);
-    if (team_lane == 0 && rank < rows) epilogue(row, p, x + row * cols);
+    if (team_lane == 0 && row < rows) epilogue(row, p, x + row * cols);
   }
 }
 
@@ -395,9 +393,7 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
   // A compute-bound policy (launch bounds > 1 block per SM) holds fewer loads in flight.
   constexpr int kLoads = Policy::kMinBlocksPerSm > 1 ? kInFlight : kBlockInFlight;
   GridDependencyWait();
-  // Rows from the last to the first (the last a producer wrote are the likeliest in L2).
-  for (int64_t rank = blockIdx.x; rank < rows; rank += gridDim.x) {
-    const int64_t row = rows - 1 - rank;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     auto p = ScanRow<Policy, kLoads, false, true>(x + row * cols, cols, threadIdx.x,
                                                   kBlockThreads, policy.ForRow(row));
     p = BlockReduce<kBlockThreads>(p);
