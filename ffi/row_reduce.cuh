@@ -58,9 +58,34 @@ __device__ __forceinline__ Bits Element(const V& v, int j) {
 }
 
 // Plain coherent loads (see the file comment): ld.global through L1, never the non-coherent
-// .nc path. (ld.global.cg, which skips L1, measured 14% slower on 65536x1024 bfloat16.)
-__device__ __forceinline__ Vec LoadVec(const Vec* p) { return *p; }
-__device__ __forceinline__ Vec32 LoadVec(const Vec32* p) { return Vec32{p->lo, p->hi}; }
+// .nc path. (ld.global.cg, which skips L1, measured 14% slower on 65536x1024 bfloat16.) The
+// vectors are read once, so their L2 lines are marked evict-first (an L2 cache-policy hint,
+// not a change of semantics): in-chain, where the producer's freshest output still sits in L2
+// (dirty) when a row is larger than it, the lines our misses bring in are evicted before the
+// producer's lines we have yet to read (NOTES.md try 41: in-chain bfloat16 256x202048 kernels
+// 30.7 -> 26.3 us per step, 65536x1024 43.4 -> 35.8; isolated spans unchanged).
+__device__ __forceinline__ Vec LoadVec(const Vec* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // cache policies: sm_80 and later
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));  // pure: CSE'd
+  Vec v;
+  // volatile: never moved above griddepcontrol.wait (asm volatile statements keep their order)
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+#else
+  return *p;
+#endif
+}
+__device__ __forceinline__ Vec32 LoadVec(const Vec32* p) {
+  return Vec32{LoadVec(&p->lo), LoadVec(&p->hi)};
+}
+// Brings the line of p into L2 (a hint: no register, no result; after griddepcontrol.wait).
+template <class V>
+__device__ __forceinline__ void PrefetchL2(const V* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 template <class Bits>
 __device__ __forceinline__ Bits LoadBits(const Bits* p) {
   return *p;
@@ -294,10 +319,8 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
       // The lanes of a warp that visit a chunk together visited every earlier one together:
       // a lane that has no vector in a round has none later either.
       typename Policy::Row::VisitState state{};
-      for (int32_t v = tid; v < num_vecs;) {
-        const int32_t remaining = num_vecs - v;  // >= 1
-        V buf[kRound];
-        load_round(buf, v, remaining);
+      // One round's vectors (buf: from vector v, `remaining` = num_vecs - v of the row left).
+      auto visit_round = [&](const V (&buf)[kRound], int32_t v, int32_t remaining) {
 #pragma unroll
         for (int u0 = 0; u0 < kRound; u0 += kChunk) {
           if (u0 * nthreads < remaining) {
@@ -330,6 +353,24 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
             }
           }
         }
+      };
+      for (int32_t v = tid; v < num_vecs;) {
+        const int32_t remaining = num_vecs - v;  // >= 1
+        V buf[kRound];
+        load_round(buf, v, remaining);
+        if constexpr (kVisitChunks) {
+          // The round after next into L2 (no registers): the visit of a round (the generator
+          // and the chunk tests) is about as long as a load's trip to DRAM, so this round's
+          // loads waited for it (NOTES.md try 42: 256x202048 float32 66.7 -> 64.5 us, memory
+          // stalls 2.56 -> 1.81 per issue; two register buffers measured slower).
+#pragma unroll
+          for (int u = 0; u < kRound; ++u) {
+            // num_vecs <= 2^31 / kVec and nthreads = 256 here: w does not overflow
+            const int32_t w = v + (2 * kRound + u) * nthreads;
+            if (w < num_vecs) PrefetchL2(vecs + w);
+          }
+        }
+        visit_round(buf, v, remaining);
         if (remaining <= kRound * nthreads) break;
         v += kRound * nthreads;
       }

@@ -28,17 +28,19 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 # 22 and 37): the kernels win in 16-bit formats for several wide rows (>= 65536 columns: 8-256
 # x 202048, 64 x 128256) and large inputs; the exact XLA path wins for small inputs (8 x 32000:
 # the kernels' scan + merge cost ~1 us more than XLA's two reduction kernels there), for
-# float32 rows (but 256 or more wide ones, below), and for one row of 32000-262144 columns in
+# float32 rows (but 128 or more wide ones, below), and for one row of 32000-262144 columns in
 # both formats (split by hand into rows of 128 columns, _xla.py: up to 1.6 us per step less
 # than the kernels, 1x262144 bfloat16 a tie); narrow rows (<= 64 columns) of large inputs
 # take the team kernels, which beat XLA's narrow-row reduction by 1.6-2.5x. One row of 262145
 # to 2^20 - 1 columns (not measured in-chain) follows the longest measured; from 2^20 it
 # stays on the kernels, as large inputs do.
 CUDA_WIDE_COLS = 1 << 16
-# float32 from 256 rows of >= 65536 columns: one block per row scans it from its end, where
-# the LM head's matmul wrote last and L2 still holds it (NOTES.md try 40): 256x202048 -1.7
-# us per step in-chain where the XLA path is +0.0 (128 rows, the split path: +1.5 vs +0.3).
-CUDA_F32_MANY_ROWS = 256
+# float32 from 128 rows of >= 65536 columns: the kernels scan each row from its end, where the
+# LM head's matmul wrote last and L2 still holds it, with evict-first loads (NOTES.md tries 40,
+# 41): in-chain 256x202048 -3.6 us per step, 128x202048 -0.5 where the XLA path is +0.6
+# (64x202048, 52 MB, about L2's size: +1.6 against +0.5). float64 follows the same rule (not
+# measured: twice the bytes, so further past L2's size).
+CUDA_F32_MANY_ROWS = 128
 CUDA_ONE_ROW_COLS = 1 << 20
 CUDA_LARGE_ELEMENTS = 1 << 20
 CUDA_NARROW_COLS = 64

@@ -304,14 +304,15 @@ def test_axis_longer_than_the_index_dtype_raises(op, dtype, x64_mode):
 
 
 def test_cuda_routing_of_the_measured_shapes():
-  """The in-chain crossovers of benchmarks/NOTES.md (tries 23, 37, 40) as _dispatch encodes
-  them: float32 takes the kernels from 256 rows of >= 65536 columns (rows read from their end,
-  the LM head's output still in L2), the exact XLA path for fewer rows; bfloat16 several wide
-  rows take the kernels, one row of up to 2^20 columns the XLA path."""
+  """The in-chain crossovers of benchmarks/NOTES.md (tries 23, 37, 40, 41) as _dispatch
+  encodes them: float32 takes the kernels from 128 rows of >= 65536 columns (rows read from
+  their end with evict-first loads, the LM head's output still in L2), the exact XLA path for
+  fewer rows; bfloat16 several wide rows take the kernels, one row of up to 2^20 columns the
+  XLA path."""
   f32, bf16 = np.dtype(np.float32), np.dtype(jnp.bfloat16)
   wins = lambda shape, dtype: _dispatch.handler_wins("argmax", "cuda", shape, dtype)
-  assert wins((256, 202048), f32) and wins((512, 65536), f32)
-  assert not wins((128, 202048), f32) and not wins((256, 32000), f32)
+  assert wins((256, 202048), f32) and wins((512, 65536), f32) and wins((128, 202048), f32)
+  assert not wins((64, 202048), f32) and not wins((256, 32000), f32)
   assert not wins((8, 202048), f32) and not wins((65536, 1024), f32)
   assert wins((8, 202048), bf16) and wins((256, 202048), bf16)
   assert not wins((1, 202048), bf16) and not wins((1, 202048), f32)
