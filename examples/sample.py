@@ -582,7 +582,8 @@ def _parser() -> argparse.ArgumentParser:
   d.add_argument("--steps", type=int, default=16, help="tokens generated per sequence")
   d.add_argument("--mode", choices=("greedy", "sample"), default="greedy",
                  help="argmax of the logits, or sampling from softmax(logits / --temperature)")
-  d.add_argument("--temperature", type=float, default=1.0, help="sample mode only")
+  d.add_argument("--temperature", type=float, default=None,
+                 help="sample mode only (default 1.0)")
   d.add_argument("--seed", type=int, default=0, help="weights, prompt and sampling keys")
   c = p.add_argument_group("comparison")
   c.add_argument("--compare", action="store_true",
@@ -795,6 +796,12 @@ def run_logits(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
+  if args.mode == "greedy" and args.temperature is not None:
+    print("error: --temperature applies to --mode sample only (greedy is argmax)",
+          file=sys.stderr)
+    return 2
+  if args.temperature is None:
+    args.temperature = 1.0
   if args.mode == "sample" and not args.temperature > 0:
     print("error: --temperature must be > 0 in sample mode (T = 0 is --mode greedy)",
           file=sys.stderr)

@@ -325,10 +325,16 @@ struct GumbelKeyPolicy {
     // age, t is the float of max(an earlier best of this lane + 1, an earlier warp best): each
     // is a key some element of the row reached (this lane's at a lower column, which wins a
     // tie), so skipping the sums strictly below t never skips the winner.
+    // block_best (the block and split kernels, whose blocks scan one row or one part of it):
+    // a shared word every warp of the block raises to its best key with an atomic max when it
+    // recomputes t, reading the word back in the same atomic; it too is a key some element of
+    // the row reached, so as valid as the warp's best, and higher (the best of 8 warps'
+    // samples: ~2 above one warp's at the start of a scan; NOTES.md try 44).
     struct VisitState {
       float t = 0.0f;     // an element is a candidate unless fl(a + bound) < t
       bool open = true;   // false: this lane's best is NaN (nothing beats it)
       bool stale = true;  // t must be recomputed before use
+      Key* block_best = nullptr;  // shared memory, or none
     };
 
     // Visits the first `count` (1..kCount) vectors of a chunk: elements[u * kVec + i] is at
@@ -379,6 +385,15 @@ struct GumbelKeyPolicy {
                    first, best, best_index);
               done = 1;
               warp_best = __reduce_max_sync(mask, best);
+            }
+            if (state.block_best != nullptr) {  // warp_best := max(it, the block's best)
+              const int leader = __ffs(mask) - 1;
+              Key block = KeyLimits<Key>::kLowest;
+              if (static_cast<int>(threadIdx.x % 32) == leader) {
+                block = atomicMax(state.block_best, warp_best);
+              }
+              block = __shfl_sync(mask, block, leader);
+              warp_best = block > warp_best ? block : warp_best;
             }
           }
 #endif

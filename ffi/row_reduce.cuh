@@ -197,7 +197,7 @@ __device__ __forceinline__ typename Policy::Key VectorKey(const Vec& v,
 template <class Policy, int kLoads, bool kKeepLastRound = false, bool kVisitChunks = false>
 __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     const typename Policy::Bits* row, int32_t cols, int32_t tid, int32_t nthreads,
-    const typename Policy::Row& key_of) {
+    const typename Policy::Row& key_of, typename Policy::Key* block_best = nullptr) {
   using Bits = typename Policy::Bits;
   using Key = typename Policy::Key;
   using V = typename ScanVecOf<Policy>::type;
@@ -319,6 +319,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
       // The lanes of a warp that visit a chunk together visited every earlier one together:
       // a lane that has no vector in a round has none later either.
       typename Policy::Row::VisitState state{};
+      state.block_best = block_best;
       // One round's vectors (buf: from vector v, `remaining` = num_vecs - v of the row left).
       auto visit_round = [&](const V (&buf)[kRound], int32_t v, int32_t remaining) {
 #pragma unroll
@@ -426,6 +427,13 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
   }
 }
 
+// Whether the threads of a block (all on one row) share a skip threshold in shared memory:
+// policies whose scan takes one (the sampler: VisitState::block_best, 32-bit keys; one atomic
+// max per warp per recomputed threshold; NOTES.md try 44: block kernel 256x202048 -5 us
+// float32, -9.6 us bfloat16; split kernel 64x202048 -3 us, in-chain -6.6 us per step).
+template <class Policy>
+inline constexpr bool kSharesBlockBest = !Policy::kBitsOnly && sizeof(typename Policy::Key) == 4;
+
 // One block per row; blocks loop over rows.
 template <class Policy, class Epilogue>
 __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
@@ -433,10 +441,19 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
                 Epilogue epilogue) {
   // A compute-bound policy (launch bounds > 1 block per SM) holds fewer loads in flight.
   constexpr int kLoads = Policy::kMinBlocksPerSm > 1 ? kInFlight : kBlockInFlight;
+  using Key = typename Policy::Key;
+  constexpr bool kSharedBest = kSharesBlockBest<Policy>;
+  __shared__ Key block_best;  // the row's best key so far over the block
   GridDependencyWait();
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    if constexpr (kSharedBest) {
+      // The previous row's last use was before BlockReduce's closing barrier.
+      if (threadIdx.x == 0) block_best = KeyLimits<Key>::kLowest;
+      __syncthreads();
+    }
     auto p = ScanRow<Policy, kLoads, false, true>(x + row * cols, cols, threadIdx.x,
-                                                  kBlockThreads, policy.ForRow(row));
+                                                  kBlockThreads, policy.ForRow(row),
+                                                  kSharedBest ? &block_best : nullptr);
     p = BlockReduce<kBlockThreads>(p);
     if (threadIdx.x == 0) epilogue(row, p, x + row * cols);
   }
@@ -497,13 +514,21 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
     SplitScanKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, int32_t parts,
                     Policy policy, ArgPair<typename Policy::Key>* partials, Epilogue epilogue,
                     uint32_t counter_slot) {
+  using Key = typename Policy::Key;
+  constexpr bool kSharedBest = kSharesBlockBest<Policy>;
+  __shared__ Key block_best;  // the best key so far over the block (its part of the row)
   TriggerDependents();
   GridDependencyWait();
+  if constexpr (kSharedBest) {
+    if (threadIdx.x == 0) block_best = KeyLimits<Key>::kLowest;
+    __syncthreads();
+  }
   const int64_t row = blockIdx.x / parts;
   const int32_t part = static_cast<int32_t>(blockIdx.x % parts);
   auto p = ScanRow<Policy, kInFlight, true>(x + row * cols, cols,
                                             part * kBlockThreads + threadIdx.x,
-                                            parts * kBlockThreads, policy.ForRow(row));
+                                            parts * kBlockThreads, policy.ForRow(row),
+                                            kSharedBest ? &block_best : nullptr);
   p = BlockReduce<kBlockThreads>(p);
   if constexpr (!kLastBlockMerges) {
     if (threadIdx.x == 0) partials[blockIdx.x] = p;

@@ -269,6 +269,18 @@ def _checked_temperature(temperature, name: str):
   t_dtype = getattr(temperature, "dtype", None)
   if t_dtype is None:
     t_dtype = np.asarray(temperature).dtype
+    if t_dtype == object and not isinstance(temperature, (bool, str)):
+      # e.g. a Python int past int64 (2**70): a float64 temperature, as logits / T would take
+      try:
+        temperature = np.asarray(temperature, np.float64)
+      except OverflowError as e:
+        raise ValueError(f"{name}: temperature is too large for float64 (an integer of "
+                         f"{int(np.max(np.abs(np.asarray(temperature, object)))).bit_length()} "
+                         "bits)") from e
+      except (TypeError, ValueError):
+        pass  # not numbers: the TypeError below
+      else:
+        t_dtype = temperature.dtype
   if not (jnp.issubdtype(t_dtype, jnp.floating) or jnp.issubdtype(t_dtype, jnp.integer)):
     raise TypeError(f"{name}: temperature must be a real number or an array of real numbers, "
                     f"got {type(temperature).__name__}"
@@ -404,6 +416,10 @@ def _categorical(key, logits, temperature, *, axis: int, method: str, axis_name)
   t = _temperature(temperature, batch_shape, noise_dtype, name)
   if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
     logits = logits.astype(np.float32)
+  if method == "auto" and axis_name is None and is_constant_dim(cols) and cols == 1:
+    # One category: index 0 for every row (whatever the logit, T or key), with no noise and
+    # no read of the logits. zeros_like keeps the rows' sharding.
+    return jnp.zeros_like(logits[..., 0], dtype=index_dtype)
   if axis_name is not None:  # logits: this device's block of a split vocabulary
     return _sharding.categorical_over_axis_name(keys, logits, t, axis_name,
                                                 index_dtype=index_dtype, method=method)

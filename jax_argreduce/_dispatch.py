@@ -46,9 +46,16 @@ CUDA_LARGE_ELEMENTS = 1 << 20
 CUDA_NARROW_COLS = 64
 
 # CPU: the handler (a SIMD scan on XLA's intra-op thread pool) beat XLA's integer-key
-# reduction on every shape measured on this project's 2-core machine (jax 0.10.2; ms, handler /
-# xla path: 1x202048 f32 0.026 / 0.37, 8x202048 0.57 / 6.5, 4096x4096 15 / 61, 65536x64 8.2 /
-# 13.9, 8x202048 bf16 0.25 / 8.1; benchmarks/BENCHMARKS.md, CPU section).
+# reduction on every shape of 24 or more columns measured on this project's 2-core machine
+# (jax 0.10.2; ms, handler / xla path: 1x202048 f32 0.026 / 0.37, 8x202048 0.57 / 6.5,
+# 4096x4096 15 / 61, 65536x64 8.2 / 13.9, 8x202048 bf16 0.25 / 8.1; benchmarks/BENCHMARKS.md,
+# CPU section). Narrow rows cost the handler ~10-20 ns each (its per-row scan set-up), where
+# XLA vectorizes across rows: from 8192 rows of at most 16 columns the XLA path wins (jax
+# 0.11.2, ms, handler / xla path: 131072x8 f32 2.06 / 0.28, 65536x16 1.29 / 0.47, 2^20x8 8.0 /
+# 1.45; 20 columns a tie, 24 the handler: 1.13 / 1.72; fewer rows the handler: 4096x16 0.047 /
+# 0.074; NOTES.md try 43).
+CPU_NARROW_COLS = 16
+CPU_NARROW_MIN_ROWS = 8192
 
 
 def handles_dtype(dtype) -> bool:
@@ -66,10 +73,12 @@ def handler_wins(op: str, platform: str, shape, dtype) -> bool:
   max_with_index, min_with_index, categorical)."""
   if op == "categorical":
     return True  # the alternative materializes the noise: the handler always wins
+  rows, cols = _rows(shape), shape[-1]
+  if cols == 1:
+    return False  # XLA folds the reduction of one column to a constant 0 (no read)
   if platform == "cpu":
-    return True
+    return not (cols <= CPU_NARROW_COLS and rows >= CPU_NARROW_MIN_ROWS)
   if platform == "cuda":
-    rows, cols = _rows(shape), shape[-1]
     large = rows * cols >= CUDA_LARGE_ELEMENTS
     one_wide_row = rows == 1 and cols >= CUDA_ONE_ROW_COLS
     if np.dtype(dtype).itemsize <= 2:

@@ -17,7 +17,7 @@ import pytest
 import jax_argreduce
 import reference
 from _common import METHODS, jnp_like, op_fn
-from jax_argreduce import _api, _dispatch
+from jax_argreduce import _api, _dispatch, _ffi
 
 ARG_OPS = reference.ARG_OPS
 WITH_INDEX = reference.WITH_INDEX_OPS
@@ -301,6 +301,32 @@ def test_axis_longer_than_the_index_dtype_raises(op, dtype, x64_mode):
   else:
     with pytest.raises(ValueError, match="indices can hold"):
       jax.eval_shape(fn, spec)
+
+
+def test_cpu_routing_of_narrow_rows():
+  """NOTES.md try 43 as _dispatch encodes it: on CPU, from 8192 rows of at most 16 columns the
+  exact XLA path (it vectorizes across rows), the handler otherwise; one column always the XLA
+  path (XLA folds it to index 0), on CUDA too. Both paths equal numpy there."""
+  f32, bf16 = np.dtype(np.float32), np.dtype(jnp.bfloat16)
+  wins = lambda shape, dtype, platform="cpu": _dispatch.handler_wins("argmax", platform, shape,
+                                                                      dtype)
+  for dtype in (f32, bf16):
+    assert not wins((131072, 8), dtype) and not wins((8192, 16), dtype)
+    assert not wins((8, 1024, 2), dtype)  # rows are every batch dimension
+    assert wins((8191, 16), dtype) and wins((65536, 17), dtype) and wins((65536, 24), dtype)
+    assert not wins((4, 1), dtype) and not wins((2 ** 21, 1), dtype, "cuda")
+  assert _dispatch.handler_wins("categorical", "cpu", (131072, 8), f32)
+  rng = np.random.default_rng(7)
+  for shape in [(8192, 5), (3, 1)]:
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[::3, -1] = np.nan
+    x[1::3, 0] = -0.0
+    x[1::3, -1] = 0.0  # ties the -0: the lower index
+    for op in ("argmax", "argmin", "max_with_index"):
+      fn = jax.jit(lambda v: _api.reduce(v, -1, op=op))
+      assert _ffi.target("max_with_index" if op == "max_with_index" else "argreduce",
+                         "cpu") not in fn.lower(x).as_text()
+      reference.assert_matches(fn(x), reference.REFERENCE[op](x, -1), op=op, msg=str(shape))
 
 
 def test_cuda_routing_of_the_measured_shapes():

@@ -879,6 +879,39 @@ def test_jax_array_protocol_logits_and_wide_integer_temperatures():
   assert not (huge == sample(key, x, temperature=0)).all()  # not argmax
 
 
+def test_integer_temperature_past_int64_is_a_float():
+  """A Python int past int64 (2**70) is a float64 temperature, as logits / T takes it; one past
+  float64 says so (it used to be reported as "not a real number")."""
+  key = jax.random.key(23)
+  x = jnp.asarray(np.random.default_rng(24).standard_normal((64, 50)).astype(np.float32))
+  want = sample(key, x, temperature=float(2**70))
+  np.testing.assert_array_equal(sample(key, x, temperature=2**70), want)
+  np.testing.assert_array_equal(sample(key, x, temperature=[2**70] * 64), want)
+  for t in (10**400, [10**400, 1]):
+    with pytest.raises(ValueError, match="too large for float64"):
+      jax_argreduce.categorical(key, x[:2], temperature=t)
+
+
+@pytest.mark.parametrize("shape", [(5, 1), (1,), (2, 3, 1)])
+def test_one_category_is_index_zero_without_a_scan(shape, x64_mode):
+  """One category: index 0 for every row, NaN, -inf and any T alike, with neither the
+  handler call nor any noise in the program (auto); method="kernel" still calls the handler,
+  which agrees."""
+  x = np.full(shape, -np.inf, np.float32)
+  x.reshape(-1)[::2] = np.nan
+  key = jax.random.key(25)
+  for t in (None, 0.0, 0.5, np.inf):
+    out = jax_argreduce.categorical(key, x, temperature=t)
+    assert out.shape == shape[:-1] and out.dtype == jnp.asarray(0).dtype
+    np.testing.assert_array_equal(out, np.zeros(shape[:-1]))
+    np.testing.assert_array_equal(jax_argreduce.categorical(key, x, temperature=t,
+                                                            method="kernel"), out)
+  text = jax.jit(lambda v: jax_argreduce.categorical(key, v)).lower(x).as_text()
+  assert _ffi.target("categorical", "cpu") not in text and "threefry" not in text
+  kernel = jax.jit(lambda v: jax_argreduce.categorical(key, v, method="kernel"))
+  assert _ffi.target("categorical", "cpu") in kernel.lower(x).as_text()
+
+
 def test_raw_key_shape_error_names_the_key_data():
   with pytest.raises(ValueError, match=r"got \(2,\) \(raw key data of shape \(2, 2\)"):
     jax_argreduce.categorical(jnp.zeros((2, 2), jnp.uint32), jnp.zeros((2, 2, 5)))

@@ -85,6 +85,12 @@ def test_sample_reproducible(sample, capsys):
   assert "mode sample, temperature 0.8, seed 5" in out
 
 
+def test_temperature_in_greedy_mode_is_refused(sample, capsys):
+  """--temperature has no effect on argmax: refused in greedy mode rather than ignored."""
+  assert sample.main(SMALL + ["--temperature", "0.5"]) == 2
+  assert "--temperature applies to --mode sample only" in capsys.readouterr().err
+
+
 def test_sample_compare_cli_checks_distribution(sample, capsys):
   assert sample.main(SMALL + ["--mode", "sample", "--temperature", "0.8", "--compare",
                               "--check-draws", "1024", "--trace-steps", "2"]) == 0
