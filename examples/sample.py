@@ -563,10 +563,17 @@ def distribution_check(row: np.ndarray, temperature: float, samplers: dict[str, 
 # Command line
 # ----------------------------------------------------------------------------------------------
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+  """Appends "(default: X)" only where there is a default to show (not None)."""
+
+  def _get_help_string(self, action):
+    return action.help if action.default is None else super()._get_help_string(action)
+
+
 def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
       description=__doc__.split("\n\n")[0],
-      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+      formatter_class=_HelpFormatter)
   m = p.add_argument_group("model")
   m.add_argument("--vocab", type=int, default=202048, help="vocabulary size (logits per row)")
   m.add_argument("--dim", type=int, default=64, help="model width")
@@ -582,8 +589,10 @@ def _parser() -> argparse.ArgumentParser:
   d.add_argument("--steps", type=int, default=16, help="tokens generated per sequence")
   d.add_argument("--mode", choices=("greedy", "sample"), default="greedy",
                  help="argmax of the logits, or sampling from softmax(logits / --temperature)")
-  d.add_argument("--temperature", type=float, default=None,
-                 help="sample mode only (default 1.0)")
+  # SUPPRESS: no "(default: ...)" appended, and an omitted value stays absent (main tells it
+  # from a given one, which greedy mode refuses)
+  d.add_argument("--temperature", type=float, default=argparse.SUPPRESS,
+                 help="--mode sample only (1.0 when omitted)")
   d.add_argument("--seed", type=int, default=0, help="weights, prompt and sampling keys")
   c = p.add_argument_group("comparison")
   c.add_argument("--compare", action="store_true",
@@ -796,12 +805,11 @@ def run_logits(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
-  if args.mode == "greedy" and args.temperature is not None:
+  if args.mode == "greedy" and hasattr(args, "temperature"):
     print("error: --temperature applies to --mode sample only (greedy is argmax)",
           file=sys.stderr)
     return 2
-  if args.temperature is None:
-    args.temperature = 1.0
+  args.temperature = getattr(args, "temperature", 1.0)
   if args.mode == "sample" and not args.temperature > 0:
     print("error: --temperature must be > 0 in sample mode (T = 0 is --mode greedy)",
           file=sys.stderr)

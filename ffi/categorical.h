@@ -342,8 +342,9 @@ struct GumbelKeyPolicy {
     // Elements of the vectors past `count` must be readable (the caller zeroes them); they are
     // never taken. warp_shares_row: every lane of the calling warp scans this row (the
     // caller's threads per row are a multiple of 32), so the warp's best key is a valid skip
-    // threshold for all.
-    template <int kVec, int kCount, class P>
+    // threshold for all. kLongScan: the caller's threads scan long rows (the block kernel),
+    // where most chunks fail the chunk-wide test below; float16 takes that test only there.
+    template <int kVec, int kCount, bool kLongScan = true, class P>
     JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first, int32_t stride,
                                         int count, const P& p, Key& best,
                                         int32_t& best_index, bool warp_shares_row,
@@ -418,20 +419,51 @@ struct GumbelKeyPolicy {
         // the bits) and rounded addition are monotone, so no element's sum exceeds this one;
         // below t, no element is a candidate (the common case once a row has a good best).
         bool some = state.open;
-        if constexpr (F != Format::kF16) {  // float16's longer widening spilled (8-28 bytes)
+        // 16-bit logits: the max of the pairs as they are (max.NaN.bf16x2 / .f16x2, no .ftz:
+        // two per instruction; widening is exact and monotone), then two widenings (NOTES.md
+        // try 46: bfloat16 256x202048 51.7 -> 48.3 us, float16 108.5 -> 74.1). Float16 takes
+        // the test only in long scans (short ones measured 0.2-0.4 us slower with it) and
+        // only with those instructions (its widening of 16 elements spilled).
+#if __CUDA_ARCH__ >= 800
+        constexpr bool kPairMax = F == Format::kBF16 || (F == Format::kF16 && kLongScan);
+#else
+        constexpr bool kPairMax = false;
+#endif
+        if constexpr (F != Format::kF16 || kPairMax) {
           float logit_max[kN];
           uint32_t high_max[kN / 2];  // two high halves per word: max.u16x2 on both at once
+          if constexpr (kPairMax) {
+#if __CUDA_ARCH__ >= 800
+            uint32_t pair_max[kN / 2];
 #pragma unroll
-          for (int j = 0; j < kN; ++j) logit_max[j] = categorical_detail::Widen<F>(elements[j]);
+            for (int w = 0; w < kN / 2; ++w) {
+              pair_max[w] = reinterpret_cast<const uint32_t*>(elements)[w];
+            }
 #pragma unroll
-          for (int w = 0; w < kN / 2; ++w) high_max[w] = p.word[w];
+            for (int w = 1; w < kN / 2; w *= 2) {
 #pragma unroll
-          for (int w = 1; w < kN; w *= 2) {  // a tree: independent steps, not one long chain
+              for (int j = 0; j + w < kN / 2; j += 2 * w) {
+                pair_max[j] = F == Format::kBF16 ? MaxNaNBF16x2(pair_max[j], pair_max[j + w])
+                                                 : MaxNaNF16x2(pair_max[j], pair_max[j + w]);
+              }
+            }
+            logit_max[0] = MaxNaNF32(
+                categorical_detail::Widen<F>(static_cast<Bits>(pair_max[0] & 0xFFFFu)),
+                categorical_detail::Widen<F>(static_cast<Bits>(pair_max[0] >> 16)));
+#endif
+          } else {
 #pragma unroll
-            for (int j = 0; j + w < kN; j += 2 * w) {
-              logit_max[j] = MaxNaNF32(logit_max[j], logit_max[j + w]);
+            for (int j = 0; j < kN; ++j) logit_max[j] = categorical_detail::Widen<F>(elements[j]);
+#pragma unroll
+            for (int w = 1; w < kN; w *= 2) {  // a tree: independent steps, not one long chain
+#pragma unroll
+              for (int j = 0; j + w < kN; j += 2 * w) {
+                logit_max[j] = MaxNaNF32(logit_max[j], logit_max[j + w]);
+              }
             }
           }
+#pragma unroll
+          for (int w = 0; w < kN / 2; ++w) high_max[w] = p.word[w];
 #pragma unroll
           for (int w = 1; w < kN / 2; w *= 2) {
 #pragma unroll

@@ -345,7 +345,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
 #pragma unroll
               for (int u = u0; u < u0 + kChunk; ++u) {
                 if (u * nthreads < remaining) {
-                  key_of.template VisitPrepared<kVec, 1>(
+                  key_of.template VisitPrepared<kVec, 1, /*kLongScan=*/false>(
                       reinterpret_cast<const Bits*>(&buf[u]), first + (u - u0) * stride, stride,
                       1, Policy::Row::Vector(prepared, u - u0), best, best_index,
                       warp_shares_row, state);

@@ -260,27 +260,34 @@ def _key_bits(key, batch_shape, name: str):
   return folded
 
 
+_INT_SCALARS = (int, np.integer)
+_REAL_SCALARS = _INT_SCALARS + (float, np.floating)
+
+
 def _checked_temperature(temperature, name: str):
   """The temperature to pass on, checked: TypeError if it is not real, ValueError if a concrete
   one is negative or NaN (a traced one is not checked: documented). Host integers come back as
-  float64 (a jit argument would wrap them past int32)."""
+  float64 (a jit argument would wrap them past int32), as do object arrays (or lists) of ints
+  and floats."""
   if temperature is None:
     return None
   t_dtype = getattr(temperature, "dtype", None)
   if t_dtype is None:
     t_dtype = np.asarray(temperature).dtype
-    if t_dtype == object and not isinstance(temperature, (bool, str)):
-      # e.g. a Python int past int64 (2**70): a float64 temperature, as logits / T would take
+  if t_dtype == object:
+    # e.g. a Python int past int64 (2**70), alone, in a list or an object array: a float64
+    # temperature, as logits / T would take it. Only of ints and floats (not bools, Fraction,
+    # Decimal, None or str, which jnp refuses too: the TypeError below).
+    flat = np.asarray(temperature, dtype=object).ravel()
+    if all(isinstance(v, _REAL_SCALARS) and not isinstance(v, bool) for v in flat):
       try:
         temperature = np.asarray(temperature, np.float64)
       except OverflowError as e:
-        raise ValueError(f"{name}: temperature is too large for float64 (an integer of "
-                         f"{int(np.max(np.abs(np.asarray(temperature, object)))).bit_length()} "
-                         "bits)") from e
-      except (TypeError, ValueError):
-        pass  # not numbers: the TypeError below
-      else:
-        t_dtype = temperature.dtype
+        bits = max((abs(int(v)).bit_length() for v in flat if isinstance(v, _INT_SCALARS)),
+                   default=None)  # only ints overflow float64 (floats past it are inf)
+        raise ValueError(f"{name}: temperature is too large for float64"
+                         + (f" (an integer of {bits} bits)" if bits else "")) from e
+      t_dtype = temperature.dtype
   if not (jnp.issubdtype(t_dtype, jnp.floating) or jnp.issubdtype(t_dtype, jnp.integer)):
     raise TypeError(f"{name}: temperature must be a real number or an array of real numbers, "
                     f"got {type(temperature).__name__}"

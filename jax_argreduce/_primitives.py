@@ -308,7 +308,10 @@ def _categorical_lowering(ctx, keys, logits, temperature, offsets, *, index_dtyp
   # is its position, so the rows are replicated (gathered). The vocab is always replicated (the
   # column offsets are the call's). Keys and temperature are tiny.
   if n > 0 and key_prefix(k_aval.shape, batch) == n:
-    row_dim = rows[0] if n == 1 else CompoundFactor(*rows)
+    # The flat key dimension is the rows' product: a compound of the rows longer than 1 (Shardy
+    # refuses a size-1 factor in a compound; a size-1 row stays the logits' own factor).
+    long = [r for r, d in zip(rows, batch) if not (is_constant_dim(d) and d == 1)] or rows[:1]
+    row_dim = long[0] if len(long) == 1 else CompoundFactor(*long)
     key_f, logit_f = (row_dim, "kw"), rows + ("cols",)
     t_f = (row_dim,) if temperature_per_row(t_aval.shape, batch) else ("nt",)
   else:

@@ -89,6 +89,9 @@ def test_temperature_in_greedy_mode_is_refused(sample, capsys):
   """--temperature has no effect on argmax: refused in greedy mode rather than ignored."""
   assert sample.main(SMALL + ["--temperature", "0.5"]) == 2
   assert "--temperature applies to --mode sample only" in capsys.readouterr().err
+  # --help gives one default, the one taken (1.0)
+  help_text = " ".join(sample._parser().format_help().split())
+  assert "--temperature TEMPERATURE --mode sample only (1.0 when omitted) --seed" in help_text
 
 
 def test_sample_compare_cli_checks_distribution(sample, capsys):

@@ -4,11 +4,13 @@ GPUs of a 2-GPU host (the 1-D mesh has N = 2 shards there; 2x2-mesh cases need 4
 Every case checks the results against numpy and the compiled HLO's collectives: rows split ->
 no collective at all; reduction axis split -> only ``[rows, shards]``-sized exchanges (under
 explicit sharding all-gathers of the value bits and the indices, merged into one collective on
-GPU), never a gather of the input. Under explicit sharding each block takes the path ``_dispatch.route`` gives its shape on
-this platform (on CPU always the handler; on GPU the measured CUDA rule, and the handler again
-with ``method="kernel"``), and the tests check that this path, not a gather, is what gets
-partitioned; under Auto mesh axes (XLA decides the split after lowering) the calls
-take the exact XLA path, which XLA partitions itself (jax_argreduce/_sharding.py says why).
+GPU), never a gather of the input. Under explicit sharding each block takes the path
+``_dispatch.route`` gives its shape on this platform (one column: the XLA path everywhere; on CPU
+otherwise the handler but for >= 8192 rows of <= 16 columns, so the handler for these tests'
+blocks; on GPU the measured CUDA rule; the handler with ``method="kernel"``), and the tests
+check that this path, not a gather, is what gets partitioned; under Auto mesh axes (XLA decides
+the split after lowering) the calls take the exact XLA path, which XLA partitions itself
+(jax_argreduce/_sharding.py says why).
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ def _op(name, method="public"):
 
 
 def _kernel_method(method):
-  """Skips method="kernel" where "auto" always takes the handler (CPU): the same program."""
+  """Skips method="kernel" where "auto" takes the handler for the blocks of ROWS x COLS (CPU:
+  the XLA path only for one column or >= 8192 rows of <= 16 columns): the same program."""
   if method == "kernel" and PLATFORM == "cpu":
-    pytest.skip("on CPU the public op always takes the handler (_dispatch.handler_wins)")
+    pytest.skip("on CPU the public op takes the handler for these blocks "
+                "(_dispatch.handler_wins)")
 
 
 @contextlib.contextmanager

@@ -128,6 +128,16 @@ def test_vmap(op, method, in_axis, axis):
 
 @pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("shape", [(4, 1, 3), (1, 1, 3), (1, 3), (4, 1), (1, 4, 3)])
+def test_vmap_size_one_dims(op, method, shape):
+  """Size-1 row, column and batch dimensions under vmap lower (the handler's Shardy rule)."""
+  x = _data(shape, seed=5)
+  f = jax.jit(jax.vmap(functools.partial(_fn(op, method), axis=-1)))
+  _assert_same(f(x), _loop_ref(op, x, 0, -1), op=op)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("method", METHODS)
 def test_vmap_keepdims_under_jit(op, method):
   x = _data((5, 3, 21), seed=3)
   f = functools.partial(_fn(op, method), axis=-1, keepdims=True)
