@@ -342,8 +342,11 @@ struct GumbelKeyPolicy {
     // Elements of the vectors past `count` must be readable (the caller zeroes them); they are
     // never taken. warp_shares_row: every lane of the calling warp scans this row (the
     // caller's threads per row are a multiple of 32), so the warp's best key is a valid skip
-    // threshold for all. kLongScan: the caller's threads scan long rows (the block kernel),
-    // where most chunks fail the chunk-wide test below; float16 takes that test only there.
+    // threshold for all. kLongScan: the caller visits chunks of long rows (the block kernel),
+    // where most chunks fail the chunk-wide test below; float16 takes that test only there
+    // (the split kernel's vector-by-vector visits go without it, also at 64 rows, where a
+    // thread holds ~25 vectors and the test measured 35.8 -> 33.3 us: not chosen by vectors
+    // per thread yet).
     template <int kVec, int kCount, bool kLongScan = true, class P>
     JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first, int32_t stride,
                                         int count, const P& p, Key& best,
@@ -423,7 +426,7 @@ struct GumbelKeyPolicy {
         // two per instruction; widening is exact and monotone), then two widenings (NOTES.md
         // try 46: bfloat16 256x202048 51.7 -> 48.3 us, float16 108.5 -> 74.1). Float16 takes
         // the test only in long scans (short ones measured 0.2-0.4 us slower with it) and
-        // only with those instructions (its widening of 16 elements spilled).
+        // only with those instructions (its widening of a chunk's elements spilled).
 #if __CUDA_ARCH__ >= 800
         constexpr bool kPairMax = F == Format::kBF16 || (F == Format::kF16 && kLongScan);
 #else

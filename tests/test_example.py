@@ -92,6 +92,7 @@ def test_temperature_in_greedy_mode_is_refused(sample, capsys):
   # --help gives one default, the one taken (1.0)
   help_text = " ".join(sample._parser().format_help().split())
   assert "--temperature TEMPERATURE --mode sample only (1.0 when omitted) --seed" in help_text
+  assert "(default: None)" not in help_text  # --dtype, --logits: no default shown
 
 
 def test_sample_compare_cli_checks_distribution(sample, capsys):

@@ -130,7 +130,8 @@ def test_vmap(op, method, in_axis, axis):
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("shape", [(4, 1, 3), (1, 1, 3), (1, 3), (4, 1), (1, 4, 3)])
 def test_vmap_size_one_dims(op, method, shape):
-  """Size-1 row, column and batch dimensions under vmap lower (the handler's Shardy rule)."""
+  """Size-1 row, column and batch dimensions under vmap (coverage: the Shardy regression was
+  categorical's, tests/test_categorical.py::test_size_one_batch_dims)."""
   x = _data(shape, seed=5)
   f = jax.jit(jax.vmap(functools.partial(_fn(op, method), axis=-1)))
   _assert_same(f(x), _loop_ref(op, x, 0, -1), op=op)
