@@ -589,9 +589,8 @@ def _parser() -> argparse.ArgumentParser:
   d.add_argument("--steps", type=int, default=16, help="tokens generated per sequence")
   d.add_argument("--mode", choices=("greedy", "sample"), default="greedy",
                  help="argmax of the logits, or sampling from softmax(logits / --temperature)")
-  # SUPPRESS: no "(default: ...)" appended, and an omitted value stays absent (main tells it
-  # from a given one, which greedy mode refuses)
-  d.add_argument("--temperature", type=float, default=argparse.SUPPRESS,
+  # None: omitted (greedy mode refuses a given one; sample mode takes 1.0)
+  d.add_argument("--temperature", type=float, default=None,
                  help="--mode sample only (1.0 when omitted)")
   d.add_argument("--seed", type=int, default=0, help="weights, prompt and sampling keys")
   c = p.add_argument_group("comparison")
@@ -805,11 +804,12 @@ def run_logits(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
-  if args.mode == "greedy" and hasattr(args, "temperature"):
+  if args.mode == "greedy" and args.temperature is not None:
     print("error: --temperature applies to --mode sample only (greedy is argmax)",
           file=sys.stderr)
     return 2
-  args.temperature = getattr(args, "temperature", 1.0)
+  if args.temperature is None:
+    args.temperature = 1.0
   if args.mode == "sample" and not args.temperature > 0:
     print("error: --temperature must be > 0 in sample mode (T = 0 is --mode greedy)",
           file=sys.stderr)

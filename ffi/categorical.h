@@ -72,6 +72,17 @@ JAX_ARGREDUCE_HD double Reciprocal(double t) {
 #endif
 }
 
+// v[0] := op over v[0 .. kN), as a tree: independent steps, not one long chain.
+template <int kN, class T, class Op>
+JAX_ARGREDUCE_HD T TreeReduce(T (&v)[kN], Op op) {
+#pragma unroll
+  for (int w = 1; w < kN; w *= 2) {
+#pragma unroll
+    for (int j = 0; j + w < kN; j += 2 * w) v[j] = op(v[j], v[j + w]);
+  }
+  return v[0];
+}
+
 JAX_ARGREDUCE_HD bool IsInf(float x) {
   return (gumbel_detail::AsBits(x) & 0x7FFFFFFFu) == 0x7F800000u;
 }
@@ -433,50 +444,34 @@ struct GumbelKeyPolicy {
         constexpr bool kPairMax = false;
 #endif
         if constexpr (F != Format::kF16 || kPairMax) {
-          float logit_max[kN];
-          uint32_t high_max[kN / 2];  // two high halves per word: max.u16x2 on both at once
+          using categorical_detail::TreeReduce;
+          using categorical_detail::Widen;
+          float logit_max;
           if constexpr (kPairMax) {
 #if __CUDA_ARCH__ >= 800
-            uint32_t pair_max[kN / 2];
+            uint32_t pairs[kN / 2];
 #pragma unroll
             for (int w = 0; w < kN / 2; ++w) {
-              pair_max[w] = reinterpret_cast<const uint32_t*>(elements)[w];
+              pairs[w] = reinterpret_cast<const uint32_t*>(elements)[w];
             }
-#pragma unroll
-            for (int w = 1; w < kN / 2; w *= 2) {
-#pragma unroll
-              for (int j = 0; j + w < kN / 2; j += 2 * w) {
-                pair_max[j] = F == Format::kBF16 ? MaxNaNBF16x2(pair_max[j], pair_max[j + w])
-                                                 : MaxNaNF16x2(pair_max[j], pair_max[j + w]);
-              }
-            }
-            logit_max[0] = MaxNaNF32(
-                categorical_detail::Widen<F>(static_cast<Bits>(pair_max[0] & 0xFFFFu)),
-                categorical_detail::Widen<F>(static_cast<Bits>(pair_max[0] >> 16)));
+            const uint32_t m =
+                TreeReduce(pairs, [](uint32_t a, uint32_t b) { return NaNMinMax16x2<F>(a, b); });
+            logit_max = MaxNaNF32(Widen<F>(static_cast<Bits>(m & 0xFFFFu)),
+                                  Widen<F>(static_cast<Bits>(m >> 16)));
 #endif
           } else {
+            float logits[kN];
 #pragma unroll
-            for (int j = 0; j < kN; ++j) logit_max[j] = categorical_detail::Widen<F>(elements[j]);
-#pragma unroll
-            for (int w = 1; w < kN; w *= 2) {  // a tree: independent steps, not one long chain
-#pragma unroll
-              for (int j = 0; j + w < kN; j += 2 * w) {
-                logit_max[j] = MaxNaNF32(logit_max[j], logit_max[j + w]);
-              }
-            }
+            for (int j = 0; j < kN; ++j) logits[j] = Widen<F>(elements[j]);
+            logit_max = TreeReduce(logits, [](float a, float b) { return MaxNaNF32(a, b); });
           }
+          uint32_t highs[kN / 2];  // two high halves per word: max.u16x2 on both at once
 #pragma unroll
-          for (int w = 0; w < kN / 2; ++w) high_max[w] = p.word[w];
-#pragma unroll
-          for (int w = 1; w < kN / 2; w *= 2) {
-#pragma unroll
-            for (int j = 0; j + w < kN / 2; j += 2 * w) {
-              high_max[j] = __vmaxu2(high_max[j], high_max[j + w]);
-            }
-          }
-          const uint32_t high = max(high_max[0] & 0xFFFFu, high_max[0] >> 16);
-          some = state.open &&
-                 !(Add(Mul(logit_max[0], inv_t), GumbelUpperBoundHighF32(high)) < t);
+          for (int w = 0; w < kN / 2; ++w) highs[w] = p.word[w];
+          const uint32_t high_max =
+              TreeReduce(highs, [](uint32_t a, uint32_t b) { return __vmaxu2(a, b); });
+          const uint32_t high = max(high_max & 0xFFFFu, high_max >> 16);
+          some = state.open && !(Add(Mul(logit_max, inv_t), GumbelUpperBoundHighF32(high)) < t);
         }
         if (some) {
 #pragma unroll

@@ -128,6 +128,13 @@ JAX_ARGREDUCE_NAN_MINMAX(MinNaNBF16x2, "min.NaN.bf16x2", uint32_t, "r")
 JAX_ARGREDUCE_NAN_MINMAX(MaxNaNF16x2, "max.NaN.f16x2", uint32_t, "r")
 JAX_ARGREDUCE_NAN_MINMAX(MinNaNF16x2, "min.NaN.f16x2", uint32_t, "r")
 #undef JAX_ARGREDUCE_NAN_MINMAX
+// The same on two packed pairs of 16-bit elements of format F (bfloat16 or float16).
+template <Format F, bool kIsMin = false>
+__device__ __forceinline__ uint32_t NaNMinMax16x2(uint32_t a, uint32_t b) {
+  static_assert(F == Format::kBF16 || F == Format::kF16, "16-bit formats only");
+  if constexpr (F == Format::kBF16) return kIsMin ? MinNaNBF16x2(a, b) : MaxNaNBF16x2(a, b);
+  else return kIsMin ? MinNaNF16x2(a, b) : MaxNaNF16x2(a, b);
+}
 #elif defined(__CUDA_ARCH__)
 __device__ __forceinline__ float MaxNaNF32(float a, float b) {
   return a != a || a > b ? a : b;  // b NaN: b

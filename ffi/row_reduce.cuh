@@ -166,10 +166,7 @@ __device__ __forceinline__ typename Policy::Key VectorKey(const Vec& v,
                        op(__uint_as_float(v.z), __uint_as_float(v.w)));
     return key_of(__float_as_uint(m), 0);
   } else if constexpr (F == Format::kBF16 || F == Format::kF16) {
-    auto op = [](uint32_t a, uint32_t b) {
-      if constexpr (F == Format::kBF16) return kIsMin ? MinNaNBF16x2(a, b) : MaxNaNBF16x2(a, b);
-      else return kIsMin ? MinNaNF16x2(a, b) : MaxNaNF16x2(a, b);
-    };
+    auto op = [](uint32_t a, uint32_t b) { return NaNMinMax16x2<F, kIsMin>(a, b); };
     const uint32_t m = op(op(v.x, v.y), op(v.z, v.w));
     const uint32_t m1 = op(m, __byte_perm(m, 0, 0x1032));  // both halves hold the survivor
     return key_of(static_cast<Bits>(m1 & 0xFFFFu), 0);

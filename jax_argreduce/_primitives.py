@@ -310,8 +310,8 @@ def _categorical_lowering(ctx, keys, logits, temperature, offsets, *, index_dtyp
   if n > 0 and key_prefix(k_aval.shape, batch) == n:
     # The flat key dimension is the rows' product: a compound of the rows longer than 1 (Shardy
     # refuses a size-1 factor in a compound; a size-1 row stays the logits' own factor).
-    long = [r for r, d in zip(rows, batch) if not (is_constant_dim(d) and d == 1)] or rows[:1]
-    row_dim = long[0] if len(long) == 1 else CompoundFactor(*long)
+    long_rows = [r for r, d in zip(rows, batch) if not (is_constant_dim(d) and d == 1)] or rows[:1]
+    row_dim = long_rows[0] if len(long_rows) == 1 else CompoundFactor(*long_rows)
     key_f, logit_f = (row_dim, "kw"), rows + ("cols",)
     t_f = (row_dim,) if temperature_per_row(t_aval.shape, batch) else ("nt",)
   else:
