@@ -292,7 +292,9 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     // generator call for several columns), updating this thread's running best. Where the
     // policy can prepare the column-dependent work ahead (CanPrepare: uniform over a row), it
     // does so for a chunk of kChunk vectors at once (independent work the GPU overlaps, e.g.
-    // the sampler's Philox chains; kChunk bounds the registers held), then visits the chunk.
+    // the sampler's Philox chains; kChunk bounds the registers held; the split and team paths
+    // skip a two-vector chunk's second vector where the thread does not hold it), then visits
+    // the chunk.
     static_assert(kRound % Policy::kPrepareChunk == 0 || kRound < Policy::kPrepareChunk);
     constexpr int kChunk = kRound < Policy::kPrepareChunk ? kRound : Policy::kPrepareChunk;
     const int32_t stride = nthreads * kVec;  // columns between one thread's vectors of a round
@@ -323,12 +325,10 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
         for (int u0 = 0; u0 < kRound; u0 += kChunk) {
           if (u0 * nthreads < remaining) {
             const int32_t first = head + (v + u0 * nthreads) * kVec;
-            // Unconditional for the whole chunk (pure arithmetic, past the row's end too) so
-            // the compiler interleaves the chains.
-            // (kVisitChunks false: few vectors per thread, latency-bound: prepare all of it.)
-            const auto prepared =
-                key_of.template Prepare<kVec, kChunk, !kVisitChunks>(first, stride);
             if constexpr (kVisitChunks) {
+              // Unconditional for the whole chunk (pure arithmetic, past the row's end too)
+              // so the compiler interleaves the chains.
+              const auto prepared = key_of.template Prepare<kVec, kChunk>(first, stride);
               // The chunk at once (kVisitChunks: kernels whose threads scan long rows, where a
               // row's best is good early and most chunks fail the policy's chunk-wide test).
               const int32_t left = (remaining - u0 * nthreads + nthreads - 1) / nthreads;
@@ -338,14 +338,37 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
                   best, best_index, warp_shares_row, state);
             } else {
               // Vector by vector: a thread with few vectors of a row (the split path) bounds
-              // each vector by the best of the ones before.
+              // each vector by the best of the ones before. Few vectors per thread,
+              // latency-bound: everything a visit may need prepared up front (kAll), for a
+              // whole chunk at once (independent chains the compiler interleaves). Chunks of
+              // two vectors (float32, bfloat16) where the thread holds only the first: that
+              // one's alone (at one vector per thread, e.g. one row, the second one's
+              // generator calls were wasted issue slots; NOTES.md try 48). Longer chunks
+              // (float64's 4) keep the whole chunk's, so the held vectors' chains still
+              // interleave.
+              auto visit_vector = [&](int u, const auto& prepared) {  // buf[u0 + u]
+                key_of.template VisitPrepared<kVec, 1, /*kLongScan=*/false>(
+                    reinterpret_cast<const Bits*>(&buf[u0 + u]), first + u * stride, stride, 1,
+                    prepared, best, best_index, warp_shares_row, state);
+              };
+              if constexpr (kChunk <= 2) {
+                if (kChunk == 1 || (u0 + kChunk - 1) * nthreads < remaining) {
+                  const auto prepared =
+                      key_of.template Prepare<kVec, kChunk, true>(first, stride);
 #pragma unroll
-              for (int u = u0; u < u0 + kChunk; ++u) {
-                if (u * nthreads < remaining) {
-                  key_of.template VisitPrepared<kVec, 1, /*kLongScan=*/false>(
-                      reinterpret_cast<const Bits*>(&buf[u]), first + (u - u0) * stride, stride,
-                      1, Policy::Row::Vector(prepared, u - u0), best, best_index,
-                      warp_shares_row, state);
+                  for (int u = 0; u < kChunk; ++u) {
+                    visit_vector(u, Policy::Row::Vector(prepared, u));
+                  }
+                } else {
+                  visit_vector(0, key_of.template Prepare<kVec, 1, true>(first, stride));
+                }
+              } else {
+                const auto prepared = key_of.template Prepare<kVec, kChunk, true>(first, stride);
+#pragma unroll
+                for (int u = 0; u < kChunk; ++u) {
+                  if ((u0 + u) * nthreads < remaining) {
+                    visit_vector(u, Policy::Row::Vector(prepared, u));
+                  }
                 }
               }
             }
