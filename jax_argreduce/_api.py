@@ -12,7 +12,7 @@ import operator
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import dtypes
+from jax import dtypes, lax
 
 from jax_argreduce import _dispatch, _primitives, _sharding, _xla
 from jax_argreduce._compat import is_constant_dim
@@ -425,8 +425,9 @@ def _categorical(key, logits, temperature, *, axis: int, method: str, axis_name)
     logits = logits.astype(np.float32)
   if method == "auto" and axis_name is None and is_constant_dim(cols) and cols == 1:
     # One category: index 0 for every row (whatever the logit, T or key), with no noise and
-    # no read of the logits. zeros_like keeps the rows' sharding.
-    return jnp.zeros_like(logits[..., 0], dtype=index_dtype)
+    # no read of the logits: XLA folds a one-column argmax to a constant, which keeps the
+    # rows' sharding (jnp.zeros_like of explicitly sharded rows needs a mesh context).
+    return lax.argmax(logits, logits.ndim - 1, index_dtype)
   if axis_name is not None:  # logits: this device's block of a split vocabulary
     return _sharding.categorical_over_axis_name(keys, logits, t, axis_name,
                                                 index_dtype=index_dtype, method=method)

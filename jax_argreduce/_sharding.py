@@ -204,14 +204,21 @@ def _axis_names(x, axis_name, op: str) -> tuple:
   names = _names(axis_name)
   if not names:
     raise ValueError(f"{op}: axis_name must name a mesh axis, got {axis_name!r}")
+  manual = getattr(jax.sharding.get_abstract_mesh(), "manual_axes", None)
   for name in names:
     try:
       lax.axis_size(name)
     except NameError:
       raise ValueError(
           f"{op}: axis_name={name!r} is not a mesh axis bound here; axis_name is for use "
-          "inside jax.shard_map (or another map) over a mesh with that axis, where the "
+          "inside jax.shard_map (or jax.pmap) over a mesh with that axis, where the "
           "reduction axis of the input is split over it") from None
+    if manual is not None and name not in manual:  # e.g. a jax.vmap axis name
+      raise ValueError(
+          f"{op}: axis_name={name!r} is bound here but is not a manual mesh axis (a "
+          "jax.vmap axis name?); axis_name is for use inside jax.shard_map (or jax.pmap) "
+          "over a mesh with that axis, where the reduction axis of the input is split over "
+          "it; under vmap, reduce the gathered axis instead") from None
   varying = _varying_axes(x)
   if varying is not None and _check_vma_on():
     missing = [n for n in names if n not in varying]

@@ -16,6 +16,7 @@ the split after lowering) the calls take the exact XLA path, which XLA partition
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 
 import jax
@@ -393,6 +394,10 @@ def test_axis_name_errors():
     jax.jit(bad)(replicated)
   with pytest.raises(ValueError, match="needs an axis"):
     ar.argmax(randn((ROWS, COLS)), axis_name="d")
+  # A vmap axis name is bound but is not a mesh axis: a clear error, not jax's pvary one.
+  for op in (ar.argmax, ar.max_with_index):
+    with pytest.raises(ValueError, match="'i' is bound here but is not a manual mesh axis"):
+      jax.vmap(lambda v: op(v, axis=0, axis_name="i"), axis_name="i")(randn((N, COLS)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -674,6 +679,25 @@ def test_categorical_axis_name_errors():
                       in_specs=P(), out_specs=P())
   with pytest.raises(ValueError, match="does not vary along mesh axis 'd'"):
     jax.jit(bad)(replicated)
+  with pytest.raises(ValueError, match="'i' is bound here but is not a manual mesh axis"):
+    jax.vmap(lambda v: ar.categorical(key, v, axis_name="i"), axis_name="i")(randn((N, COLS)))
+
+
+@pytest.mark.parametrize("shape,spec", [((ROWS, 1), P("d")), ((ROWS, 2, 1), P("d")),
+                                        ((2, ROWS, 1), P(None, "d"))])
+def test_categorical_one_column_explicitly_sharded_rows(shape, spec):
+  """One category: index 0 for every row, the rows' sharding kept, also outside a mesh
+  context (jnp.zeros_like of explicitly sharded rows needs one) and under jit."""
+  mesh = mesh_1d()
+  x = jax.device_put(randn(shape), NamedSharding(mesh, spec))
+  keys = jax.random.split(jax.random.key(3), math.prod(shape[:-1])).reshape(shape[:-1])
+  for got in (ar.categorical(jax.random.key(3), x),
+              ar.categorical(keys, x, temperature=0.5),
+              jax.jit(lambda k, v: ar.categorical(k, v, temperature=2.0))(jax.random.key(1), x)):
+    assert got.shape == shape[:-1]
+    np.testing.assert_array_equal(np.asarray(got), np.zeros(shape[:-1], got.dtype))
+    assert got.sharding.is_equivalent_to(NamedSharding(mesh, P(*spec[:len(shape) - 1])),
+                                         len(shape) - 1)
 
 
 def test_categorical_varying_key_types_the_sample():
