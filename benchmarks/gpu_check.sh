@@ -13,7 +13,9 @@
 #   test     pytest -m gpu (GPU tests against numpy, compute-sanitizer included)
 #   sweep    bench.py isolated,chain --methods kernel --variants "$SWEEP" (kernel plan options
 #            switched in one process through jax_argreduce._ffi.debug_set_plan_options: no
-#            rebuild); SWEEP="name=key:value,...;name2=..." (default below), SWEEP_SHAPES
+#            rebuild); SWEEP="name=key:value,...;name2=..." (default below), SWEEP_SHAPES,
+#            SWEEP_OPS (argmax), SWEEP_METHODS (kernel; the sampler's: auto), e.g.
+#            SWEEP="base=;t8=team:8;t4=team:4" SWEEP_OPS=categorical SWEEP_METHODS=auto
 #   baseline build $BASELINE_DIR (default .baseline: `git archive` of the commit to compare
 #            with) beside this tree and run bench.py chain,isolated --ops argmax on it first
 #            (baseline.md): the same-run comparison with the previous build
@@ -114,8 +116,9 @@ fi
 if has sweep; then
   SWEEP=${SWEEP:-"base=;nopdl=pdl:false"}
   SWEEP_SHAPES=${SWEEP_SHAPES:-1x32000,1x202048,8x202048,16x202048,32x202048,256x202048,64x128256,4096x128,4096x4096,65536x64,65536x1024}
-  echo "== sweep: --methods kernel --variants '$SWEEP'" | tee -a "$log"
-  python3 benchmarks/bench.py isolated,chain --ops argmax --methods kernel --variants "$SWEEP" \
+  echo "== sweep: --ops ${SWEEP_OPS:-argmax} --methods ${SWEEP_METHODS:-kernel} --variants '$SWEEP'" | tee -a "$log"
+  python3 benchmarks/bench.py isolated,chain --ops "${SWEEP_OPS:-argmax}" \
+    --methods "${SWEEP_METHODS:-kernel}" --variants "$SWEEP" \
     --shapes "$SWEEP_SHAPES" --iters 20 --wall-r 0 --out /tmp/sweep 2>&1 |
     grep -vE "^\[(timing|chain|isolated)\]" | tee -a "$log"
   rc=$(( rc | PIPESTATUS[0] ))

@@ -20,7 +20,7 @@
 // stream's generator call) is not computed either (Visit, and the GPU's block kernel; the
 // split and team kernels prepare both halves up front: Prepare's kAll). On the GPU's
 // vector scan (VisitPrepared) the bound is also held against the best of the warp's lanes
-// where they scan the same row: an element whose bound key is strictly below another lane's
+// that scan the same row (the whole warp, or a team of them): an element whose bound key is strictly below another lane's
 // best (any column) cannot win or tie either.
 #ifndef JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 #define JAX_ARGREDUCE_FFI_CATEGORICAL_H_
@@ -351,9 +351,11 @@ struct GumbelKeyPolicy {
     // Visits the first `count` (1..kCount) vectors of a chunk: elements[u * kVec + i] is at
     // column first + u * stride + i (increasing with the element's position, as Visit needs).
     // Elements of the vectors past `count` must be readable (the caller zeroes them); they are
-    // never taken. warp_shares_row: every lane of the calling warp scans this row (the
-    // caller's threads per row are a multiple of 32), so the warp's best key is a valid skip
-    // threshold for all. kLongScan: the caller visits chunks of long rows (the block kernel),
+    // never taken. row_lanes: the lanes of the calling warp that scan this row (all 32 where
+    // the caller's threads per row are a multiple of 32, else the caller's aligned team), so
+    // the best key over those of them in this call is a valid skip threshold for each; the
+    // lanes of other teams in the warp run the same collectives with their own team's mask,
+    // as cooperative groups' tiles do. kLongScan: the caller visits chunks of long rows (the block kernel),
     // where most chunks fail the chunk-wide test below; float16 takes that test only there
     // (the split kernel's vector-by-vector visits go without it, also at 64 rows, where a
     // thread holds ~25 vectors and the test measured 35.8 -> 33.3 us: not chosen by vectors
@@ -361,7 +363,7 @@ struct GumbelKeyPolicy {
     template <int kVec, int kCount, bool kLongScan = true, class P>
     JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first, int32_t stride,
                                         int count, const P& p, Key& best,
-                                        int32_t& best_index, bool warp_shares_row,
+                                        int32_t& best_index, unsigned row_lanes,
                                         VisitState& state) const {
       constexpr int kN = kVec * kCount;
       static_assert(kN <= 32, "one candidate bit per element");
@@ -379,37 +381,41 @@ struct GumbelKeyPolicy {
       // bound key is <= this lane's best (lower columns: it wins ties) or < the warp's best
       // (any column: a strictly larger key). Pass 2: rounds of one candidate per lane (its
       // lowest column first, so the strict '>' keeps ties at the lowest column) until no lane
-      // has one left. Warm start: where no lane of the warp has a best yet (its first vector
-      // of the row: every element would be a candidate), each lane first takes its chunk's
-      // first element exactly, so the warp's best bounds the rest.
+      // has one left. Warm start: where no lane of the row's lanes has a best yet (its first
+      // vector of the row: every element would be a candidate), each lane first takes its
+      // chunk's first element exactly, so their best bounds the rest. "The warp's best" below
+      // is the best over `lanes`, this call's lanes of the row (a team of 1-16 lanes: its own;
+      // NOTES.md try 51).
       using namespace gumbel_detail;
       const unsigned mask = __activemask();
+      const unsigned lanes = mask & row_lanes;
       uint32_t done = 0;
       uint32_t candidates = 0;
       if constexpr (sizeof(Key) == 4) {
         // A vote, so every lane of `mask` takes the branch together and the warp collectives
         // inside see all of them even if lanes of a call arrive in more than one group
         // (recomputing t is valid at any time, so a lane whose t is fresh may join).
-        if (warp_shares_row ? __any_sync(mask, state.stale) : state.stale) {
+        // Warp-wide even where the warp's lanes scan several rows: a team whose t is fresh
+        // recomputes it with the others (valid at any time), and the branch stays uniform.
+        if (__any_sync(mask, state.stale)) {
           Key warp_best = best;
 #if __CUDA_ARCH__ >= 800
-          if (warp_shares_row) {
-            warp_best = __reduce_max_sync(mask, best);
-            if (warp_best == KeyLimits<Key>::kLowest) {
-              Take(Scaled(elements[0]), FullBitsOf(p, NoiseBitsAt(p, 0), LowAt(p, 0), first),
-                   first, best, best_index);
-              done = 1;
-              warp_best = __reduce_max_sync(mask, best);
+          // Uniform within `lanes`: their reduce gives each the same value.
+          warp_best = __reduce_max_sync(lanes, best);
+          if (warp_best == KeyLimits<Key>::kLowest) {
+            Take(Scaled(elements[0]), FullBitsOf(p, NoiseBitsAt(p, 0), LowAt(p, 0), first),
+                 first, best, best_index);
+            done = 1;
+            warp_best = __reduce_max_sync(lanes, best);
+          }
+          if (state.block_best != nullptr) {  // warp_best := max(it, the block's best)
+            const int leader = __ffs(lanes) - 1;
+            Key block = KeyLimits<Key>::kLowest;
+            if (static_cast<int>(threadIdx.x % 32) == leader) {
+              block = atomicMax(state.block_best, warp_best);
             }
-            if (state.block_best != nullptr) {  // warp_best := max(it, the block's best)
-              const int leader = __ffs(mask) - 1;
-              Key block = KeyLimits<Key>::kLowest;
-              if (static_cast<int>(threadIdx.x % 32) == leader) {
-                block = atomicMax(state.block_best, warp_best);
-              }
-              block = __shfl_sync(mask, block, leader);
-              warp_best = block > warp_best ? block : warp_best;
-            }
+            block = __shfl_sync(lanes, block, leader);
+            warp_best = block > warp_best ? block : warp_best;
           }
 #endif
           // The same test in float: with need = max(best + 1, warp_best) (warp_best >= best),
@@ -513,7 +519,7 @@ struct GumbelKeyPolicy {
         }
       } while (__any_sync(mask, candidates != 0));
 #else
-      (void)warp_shares_row;
+      (void)row_lanes;
       (void)state;
       for (int j = 0; j < count * kVec; ++j) {
         VisitOne(elements[j], NoiseBitsAt(p, j), column(j), best, best_index);

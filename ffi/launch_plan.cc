@@ -13,7 +13,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // PlanOptions packed in one word: bit 0 pdl, bits 1-2 the merge mode.
 unsigned Pack(const PlanOptions& options) {
-  return (options.pdl ? 1u : 0u) | (static_cast<unsigned>(options.merge) << 1);
+  return (options.pdl ? 1u : 0u) | (static_cast<unsigned>(options.merge) << 1) |
+         (static_cast<unsigned>(options.team) << 3);
 }
 std::atomic<unsigned> g_options{Pack(PlanOptions())};
 
@@ -24,6 +25,7 @@ PlanOptions CurrentPlanOptions() {
   PlanOptions options;
   options.pdl = (bits & 1u) != 0;
   options.merge = static_cast<MergeMode>((bits >> 1) & 3u);
+  options.team = static_cast<int>(bits >> 3);
   return options;
 }
 
@@ -66,6 +68,7 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
   if (threads_per_row < kBlockPathMinThreads) {
     int team = 1;
     while (team * 2 <= std::min<int64_t>(threads_per_row, kWarpSize)) team *= 2;
+    if (options.team > 0) team = std::min(options.team, kWarpSize);  // forced (benchmarks)
     plan.path = Path::kTeam;
     plan.team = team;
     // One wave of resident blocks at most; warps loop over the remaining rows.

@@ -72,6 +72,7 @@ const char* MergeModeName(MergeMode mode);
 struct PlanOptions {
   bool pdl = true;                   // programmatic dependent launch on sm_90+
   MergeMode merge = MergeMode::kAuto;
+  int team = 0;                      // kTeam: this many lanes per row (0: the planner's)
 };
 
 // Process-wide options every launch uses: the defaults above unless the module's debug entry

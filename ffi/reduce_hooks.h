@@ -23,11 +23,12 @@
 // mostly hold few vectors of a row), so whatever the visit may need is computed here, in
 // parallel, rather than later on the critical path) and
 // VisitPrepared<kVec, kCount>(elements, first_col, stride, count, prepared, best, best_index,
-// warp_shares_row, state) (the first `count` vectors are real;
+// row_lanes, state) (the first `count` vectors are real;
 // called by the lanes that hold a chunk; they need not be converged: warp
 // operations over __activemask() only ever see lanes of this call, each of which finishes its
-// own work; warp_shares_row: all lanes of the warp scan the same row, so a warp-wide best is a
-// valid threshold for each; state: a Row::VisitState, value-initialized once per thread and
+// own work; row_lanes: the mask of the warp's lanes that scan this row (all 32, or an aligned
+// team of a power of two lanes), so a best over those of them in the call is a valid
+// threshold for each; state: a Row::VisitState, value-initialized once per thread and
 // row and carried from one call to the next, e.g. a skip threshold; a policy that branches on
 // per-lane state around a warp collective takes a vote on it first (__any_sync over the call's
 // mask), so it never assumes the lanes of a call arrive as one group).

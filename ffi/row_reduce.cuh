@@ -312,8 +312,14 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
       }
     };
     if (key_of.CanPrepare(head)) {  // one loop per case: the test stays out of the loop
-      // tid % 32 is the lane in every kernel here, so 32 | nthreads: one row per warp
-      const bool warp_shares_row = nthreads % kWarpSize == 0;
+      // The lanes of this warp on this row: all of them where 32 | nthreads (tid % 32 is the
+      // lane), else TeamKernel's aligned team of nthreads (a power of two below 32, tid the
+      // lane's place in it).
+      const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+      const unsigned row_lanes =
+          nthreads % kWarpSize == 0
+              ? 0xFFFFFFFFu
+              : ((1u << nthreads) - 1u) << (lane / nthreads * nthreads);
       // What this thread's visits of the row carry from one to the next (e.g. a threshold).
       // The lanes of a warp that visit a chunk together visited every earlier one together:
       // a lane that has no vector in a round has none later either.
@@ -335,7 +341,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
               const int count = left < kChunk ? static_cast<int>(left) : kChunk;
               key_of.template VisitPrepared<kVec, kChunk>(
                   reinterpret_cast<const Bits*>(&buf[u0]), first, stride, count, prepared,
-                  best, best_index, warp_shares_row, state);
+                  best, best_index, row_lanes, state);
             } else {
               // Vector by vector: a thread with few vectors of a row (the split path) bounds
               // each vector by the best of the ones before. Few vectors per thread,
@@ -349,7 +355,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
               auto visit_vector = [&](int u, const auto& prepared) {  // buf[u0 + u]
                 key_of.template VisitPrepared<kVec, 1, /*kLongScan=*/false>(
                     reinterpret_cast<const Bits*>(&buf[u0 + u]), first + u * stride, stride, 1,
-                    prepared, best, best_index, warp_shares_row, state);
+                    prepared, best, best_index, row_lanes, state);
               };
               if constexpr (kChunk <= 2) {
                 if (kChunk == 1 || (u0 + kChunk - 1) * nthreads < remaining) {

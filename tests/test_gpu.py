@@ -32,7 +32,8 @@ import pytest
 
 import jax_argreduce
 import reference
-from _common import OPTION_SETS, needs_cuda_build, plan_options, x64_for  # noqa: F401
+from _common import (OPTION_SETS, TEAM_OPTION_SETS, needs_cuda_build,  # noqa: F401
+                     plan_options, x64_for)
 from jax_argreduce import _api, _dispatch, _ffi
 from reference import OPS, fill_rows, random_rows
 
@@ -128,6 +129,20 @@ def test_every_path(path, options, rows, cols, dtype, rng):
     assert p["pdl"] == (OPTION_SETS[options]["pdl"] and cc_major() >= 9), p
     x = fill_rows(dtype, rng, rows, cols)
     check_ops(x, run_ops(x, options), msg=f"{path} {options} {rows}x{cols} {dtype}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_team_width(dtype, rng):
+  """Each team kernel (1-32 lanes per row, forced by the ``team`` option; the plan read back
+  says it took it) on team-path shapes with odd widths (head and tail columns): all four ops
+  exact."""
+  with x64_for(dtype):
+    for rows, cols in ((4096, 129), (3000, 33), (2000, 1031), (300000, 5)):
+      x = fill_rows(dtype, rng, rows, cols)
+      for options, kw in TEAM_OPTION_SETS.items():
+        p = plan(rows, cols, dtype, options)
+        assert p["path"] == "team" and p["team"] == kw["team"], p
+        check_ops(x, run_ops(x, options), msg=f"{options} {rows}x{cols} {dtype}")
 
 
 def test_options_change_between_calls_of_one_executable(rng):

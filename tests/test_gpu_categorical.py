@@ -39,7 +39,8 @@ import pytest
 
 import jax_argreduce
 import reference
-from _common import OPTION_SETS, needs_cuda_build, plan_options, x64_for  # noqa: F401
+from _common import (OPTION_SETS, TEAM_OPTION_SETS, needs_cuda_build,  # noqa: F401
+                     plan_options, x64_for)
 from jax_argreduce import _ffi
 from test_categorical import P_MIN, check_tail_mass, chi_square_gof, report, softmax_probs
 
@@ -175,6 +176,27 @@ def test_cpu_equals_gpu_vmap():
   np.testing.assert_array_equal(got, want)
   loop = np.stack([cpu_sample(keys[i], x[i], t[i]) for i in range(6)])
   np.testing.assert_array_equal(got, loop)
+
+
+# Team-path shapes: rows of 5-4099 columns (odd widths: head and tail columns), many rows.
+TEAM_SHAPES = [(1000, 4099), (4096, 512), (4096, 128), (65536, 64), (3000, 33), (300000, 5)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_equals_gpu_every_team_width(dtype):
+  """The team kernels of 1-32 lanes per row (each width forced on each shape) give the CPU's
+  samples bit for bit: a team's lanes share a skip threshold and a warm start over the team's
+  mask while the warp's other teams scan other rows (NOTES.md try 51). Special-value rows,
+  per-row temperatures with T = 0 among them, per-row keys."""
+  rng = np.random.default_rng([51, DTYPES.index(dtype)])
+  with x64_for(dtype):
+    for rows, cols in TEAM_SHAPES:
+      x = logits_for(dtype, rng, rows, cols)
+      keys = jax.random.split(jax.random.key(int(rng.integers(1 << 30))), rows)
+      t = _temperatures("per_row", rows, dtype, rng)
+      want = cpu_sample(keys, x, t)
+      for opt in TEAM_OPTION_SETS:
+        _mismatch(gpu_sample(keys, x, t, opt), want, f"{rows}x{cols} {dtype} options={opt}")
 
 
 def test_samples_do_not_depend_on_launch_geometry():

@@ -258,15 +258,17 @@ def test_default_options_and_debug_entry():
   """Defaults: PDL on, merge "auto"; a plan with options None takes the process-wide ones;
   setting them is process-wide and returns what is in force; unknown merge modes raise."""
   before = _ffi.debug_plan_options()
-  assert before == {"pdl": True, "merge": "auto"}
+  assert before == {"pdl": True, "merge": "auto", "team": 0}
   try:
-    assert _ffi.debug_set_plan_options(pdl=False) == {"pdl": False, "merge": "auto"}
-    assert _ffi.debug_set_plan_options() == {"pdl": False, "merge": "auto"}  # None keeps
+    assert _ffi.debug_set_plan_options(pdl=False) == {"pdl": False, "merge": "auto", "team": 0}
+    assert _ffi.debug_set_plan_options() == {"pdl": False, "merge": "auto",
+                                             "team": 0}  # None keeps
     p = plan(8, 202048, 4, "h200")  # the process-wide option
     assert p["path"] == "split" and not p["pdl"]
     assert plan(8, 202048, 4, "h200", pdl=True)["pdl"]  # explicit options override
     assert _ffi.debug_set_plan_options(pdl=True, merge="kernel") == {"pdl": True,
-                                                                      "merge": "kernel"}
+                                                                      "merge": "kernel",
+                                                                      "team": 0}
     assert not plan(8, 202048, 4, "h200", pdl=False)["pdl"]
     assert not plan(8, 202048, 4, "h200")["last_block_merges"]
     assert _ffi.debug_set_plan_options(merge="last_block")["merge"] == "last_block"
@@ -322,6 +324,38 @@ def test_compute_bound_split_gives_one_vector_per_thread(device, elem_bytes):
           assert q["parts"] == want and q["parts"] >= p["parts"], (p, q)
         # the loads in flight per thread and round are 16-byte loads whatever the vector
         assert q["row_step"] % (16 // elem_bytes) == 0, q
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+def test_forced_team_width(device, elem_bytes):
+  """The ``team`` option (benchmarks' sweeps, the GPU tests' every-width check): a shape on the
+  team path takes exactly that many lanes per row, a valid geometry; other paths are unchanged;
+  0 is the planner's choice and anything but a power of two up to 32 is refused."""
+  for rows, cols in ((4096, 512), (4096, 128), (65536, 64), (300000, 5), (1000, 4099),
+                     (8, 202048), (256, 202048), (1, 7)):
+    for compute_bound in (False, True):
+      auto = plan(rows, cols, elem_bytes, device, compute_bound=compute_bound)
+      assert plan(rows, cols, elem_bytes, device, compute_bound=compute_bound, team=0) == auto
+      for team in (1, 2, 4, 8, 16, 32):
+        p = check_invariants(plan(rows, cols, elem_bytes, device, compute_bound=compute_bound,
+                                  team=team),
+                             rows, cols, elem_bytes, device, compute_bound=compute_bound)
+        assert p["path"] == auto["path"], (auto, p)
+        if p["path"] == "team":
+          assert p["team"] == team, p
+        else:
+          assert p == auto, (auto, p)
+  before = _ffi.debug_plan_options()
+  try:
+    for bad in (-1, 3, 12, 64):
+      with pytest.raises(ValueError, match="team must be"):
+        _ffi.debug_set_plan_options(team=bad)
+    assert _ffi.debug_plan_options() == before
+    assert _ffi.debug_set_plan_options(team=4)["team"] == 4
+    assert plan(4096, 512, elem_bytes, device)["team"] == 4  # the process-wide option
+  finally:
+    _ffi.debug_set_plan_options(**before)
 
 
 def test_workspace_constant():
