@@ -352,7 +352,8 @@ struct GumbelKeyPolicy {
     // column first + u * stride + i (increasing with the element's position, as Visit needs).
     // Elements of the vectors past `count` must be readable (the caller zeroes them); they are
     // never taken. row_lanes: the lanes of the calling warp that scan this row (all 32 where
-    // the caller's threads per row are a multiple of 32, else the caller's aligned team), so
+    // the caller's threads per row are a multiple of 32, else the caller's aligned team of
+    // 2-16; 0 for one lane per row, which shares nothing), so
     // the best key over those of them in this call is a valid skip threshold for each; the
     // lanes of other teams in the warp run the same collectives with their own team's mask,
     // as cooperative groups' tiles do. kLongScan: the caller visits chunks of long rows (the block kernel),
@@ -397,25 +398,29 @@ struct GumbelKeyPolicy {
         // (recomputing t is valid at any time, so a lane whose t is fresh may join).
         // Warp-wide even where the warp's lanes scan several rows: a team whose t is fresh
         // recomputes it with the others (valid at any time), and the branch stays uniform.
-        if (__any_sync(mask, state.stale)) {
+        // row_lanes == 0 (one lane per row): no warm start, this lane's own best only (the
+        // warm start measured 20.8 -> 34.9 us at 65536x64: NOTES.md try 51).
+        if (row_lanes != 0 ? __any_sync(mask, state.stale) : state.stale) {
           Key warp_best = best;
 #if __CUDA_ARCH__ >= 800
-          // Uniform within `lanes`: their reduce gives each the same value.
-          warp_best = __reduce_max_sync(lanes, best);
-          if (warp_best == KeyLimits<Key>::kLowest) {
-            Take(Scaled(elements[0]), FullBitsOf(p, NoiseBitsAt(p, 0), LowAt(p, 0), first),
-                 first, best, best_index);
-            done = 1;
+          if (row_lanes != 0) {
+            // Uniform within `lanes`: their reduce gives each the same value.
             warp_best = __reduce_max_sync(lanes, best);
-          }
-          if (state.block_best != nullptr) {  // warp_best := max(it, the block's best)
-            const int leader = __ffs(lanes) - 1;
-            Key block = KeyLimits<Key>::kLowest;
-            if (static_cast<int>(threadIdx.x % 32) == leader) {
-              block = atomicMax(state.block_best, warp_best);
+            if (warp_best == KeyLimits<Key>::kLowest) {
+              Take(Scaled(elements[0]), FullBitsOf(p, NoiseBitsAt(p, 0), LowAt(p, 0), first),
+                   first, best, best_index);
+              done = 1;
+              warp_best = __reduce_max_sync(lanes, best);
             }
-            block = __shfl_sync(lanes, block, leader);
-            warp_best = block > warp_best ? block : warp_best;
+            if (state.block_best != nullptr) {  // warp_best := max(it, the block's best)
+              const int leader = __ffs(lanes) - 1;
+              Key block = KeyLimits<Key>::kLowest;
+              if (static_cast<int>(threadIdx.x % 32) == leader) {
+                block = atomicMax(state.block_best, warp_best);
+              }
+              block = __shfl_sync(lanes, block, leader);
+              warp_best = block > warp_best ? block : warp_best;
+            }
           }
 #endif
           // The same test in float: with need = max(best + 1, warp_best) (warp_best >= best),

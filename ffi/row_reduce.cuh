@@ -314,12 +314,12 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     if (key_of.CanPrepare(head)) {  // one loop per case: the test stays out of the loop
       // The lanes of this warp on this row: all of them where 32 | nthreads (tid % 32 is the
       // lane), else TeamKernel's aligned team of nthreads (a power of two below 32, tid the
-      // lane's place in it).
+      // lane's place in it); 0 for one lane per row (nothing shared).
       const int lane = static_cast<int>(threadIdx.x % kWarpSize);
       const unsigned row_lanes =
-          nthreads % kWarpSize == 0
-              ? 0xFFFFFFFFu
-              : ((1u << nthreads) - 1u) << (lane / nthreads * nthreads);
+          nthreads % kWarpSize == 0 ? 0xFFFFFFFFu
+          : nthreads == 1           ? 0u
+                                    : ((1u << nthreads) - 1u) << (lane / nthreads * nthreads);
       // What this thread's visits of the row carry from one to the next (e.g. a threshold).
       // The lanes of a warp that visit a chunk together visited every earlier one together:
       // a lane that has no vector in a round has none later either.
