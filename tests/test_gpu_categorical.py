@@ -185,8 +185,9 @@ TEAM_SHAPES = [(1000, 4099), (4096, 512), (4096, 128), (65536, 64), (3000, 33), 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cpu_equals_gpu_every_team_width(dtype):
   """The team kernels of 1-32 lanes per row (each width forced on each shape) give the CPU's
-  samples bit for bit: a team's lanes share a skip threshold and a warm start over the team's
-  mask while the warp's other teams scan other rows (NOTES.md try 51). Special-value rows,
+  samples bit for bit: a team of 2-16 lanes shares a skip threshold and a warm start over the
+  team's mask while the warp's other teams scan other rows; one lane shares nothing (NOTES.md
+  try 51). Special-value rows,
   per-row temperatures with T = 0 among them, per-row keys."""
   rng = np.random.default_rng([51, DTYPES.index(dtype)])
   with x64_for(dtype):
