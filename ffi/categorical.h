@@ -20,8 +20,8 @@
 // stream's generator call) is not computed either (Visit, and the GPU's block kernel; the
 // split and team kernels prepare both halves up front: Prepare's kAll). On the GPU's
 // vector scan (VisitPrepared) the bound is also held against the best of the warp's lanes
-// that scan the same row (the whole warp, or a team of them): an element whose bound key is strictly below another lane's
-// best (any column) cannot win or tie either.
+// that scan the same row (the whole warp, or a team of 2-16 of them): an element whose bound
+// key is strictly below another lane's best (any column) cannot win or tie either.
 #ifndef JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 #define JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 
@@ -353,11 +353,11 @@ struct GumbelKeyPolicy {
     // Elements of the vectors past `count` must be readable (the caller zeroes them); they are
     // never taken. row_lanes: the lanes of the calling warp that scan this row (all 32 where
     // the caller's threads per row are a multiple of 32, else the caller's aligned team of
-    // 2-16; 0 for one lane per row, which shares nothing), so
-    // the best key over those of them in this call is a valid skip threshold for each; the
-    // lanes of other teams in the warp run the same collectives with their own team's mask,
-    // as cooperative groups' tiles do. kLongScan: the caller visits chunks of long rows (the block kernel),
-    // where most chunks fail the chunk-wide test below; float16 takes that test only there
+    // 2-16; 0 for one lane per row, which shares nothing), so the best key over those of them
+    // in this call is a valid skip threshold for each; the lanes of other teams in the warp
+    // run the same collectives with their own team's mask, as cooperative groups' tiles do.
+    // kLongScan: the caller visits chunks of long rows (the block kernel), where most chunks
+    // fail the chunk-wide test below; float16 takes that test only there
     // (the split kernel's vector-by-vector visits go without it, also at 64 rows, where a
     // thread holds ~25 vectors and the test measured 35.8 -> 33.3 us: not chosen by vectors
     // per thread yet).
@@ -385,7 +385,7 @@ struct GumbelKeyPolicy {
       // has one left. Warm start: where no lane of the row's lanes has a best yet (its first
       // vector of the row: every element would be a candidate), each lane first takes its
       // chunk's first element exactly, so their best bounds the rest. "The warp's best" below
-      // is the best over `lanes`, this call's lanes of the row (a team of 1-16 lanes: its own;
+      // is the best over `lanes`, this call's lanes of the row (a team of 2-16 lanes: its own;
       // NOTES.md try 51).
       using namespace gumbel_detail;
       const unsigned mask = __activemask();
@@ -394,11 +394,9 @@ struct GumbelKeyPolicy {
       uint32_t candidates = 0;
       if constexpr (sizeof(Key) == 4) {
         // A vote, so every lane of `mask` takes the branch together and the warp collectives
-        // inside see all of them even if lanes of a call arrive in more than one group
-        // (recomputing t is valid at any time, so a lane whose t is fresh may join).
-        // Warp-wide even where the warp's lanes scan several rows: a team whose t is fresh
-        // recomputes it with the others (valid at any time), and the branch stays uniform.
-        // row_lanes == 0 (one lane per row): no warm start, this lane's own best only (the
+        // inside see all of them even if lanes of a call arrive in more than one group;
+        // warp-wide also where the warp's teams scan several rows (recomputing t is valid at
+        // any time, so a lane or team whose t is fresh may join). row_lanes == 0 (one lane per row): no warm start, this lane's own best only (the
         // warm start measured 20.8 -> 34.9 us at 65536x64: NOTES.md try 51).
         if (row_lanes != 0 ? __any_sync(mask, state.stale) : state.stale) {
           Key warp_best = best;

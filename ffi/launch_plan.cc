@@ -11,7 +11,7 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// PlanOptions packed in one word: bit 0 pdl, bits 1-2 the merge mode.
+// PlanOptions packed in one word: bit 0 pdl, bits 1-2 the merge mode, bits 3-8 the team.
 unsigned Pack(const PlanOptions& options) {
   return (options.pdl ? 1u : 0u) | (static_cast<unsigned>(options.merge) << 1) |
          (static_cast<unsigned>(options.team) << 3);

@@ -146,8 +146,7 @@ NB_MODULE(_argreduce, m) {
     caps.split_blocks_per_sm = split_blocks_per_sm;
     return PlanToDict(PlanRowReduce(caps, rows, cols, elem_bytes, key_bytes,
                                     OptionsFrom(pdl, merge, team), compute_bound,
-                                    graph_captured,
-                                    vector_bytes));
+                                    graph_captured, vector_bytes));
   }, nb::arg("rows"), nb::arg("cols"), nb::arg("elem_bytes"), nb::arg("key_bytes"),
      nb::arg("sms"), nb::arg("cc_major"), nb::arg("team_blocks_per_sm"),
      nb::arg("block_blocks_per_sm"), nb::arg("split_blocks_per_sm"),

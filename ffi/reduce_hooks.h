@@ -27,8 +27,8 @@
 // called by the lanes that hold a chunk; they need not be converged: warp
 // operations over __activemask() only ever see lanes of this call, each of which finishes its
 // own work; row_lanes: the mask of the warp's lanes that scan this row (all 32, or an aligned
-// team of a power of two lanes), so a best over those of them in the call is a valid
-// threshold for each; state: a Row::VisitState, value-initialized once per thread and
+// team of 2-16 lanes; 0 for one lane per row), so a best over those of them in the call is a
+// valid threshold for each; state: a Row::VisitState, value-initialized once per thread and
 // row and carried from one call to the next, e.g. a skip threshold; a policy that branches on
 // per-lane state around a warp collective takes a vote on it first (__any_sync over the call's
 // mask), so it never assumes the lanes of a call arrive as one group).

@@ -55,8 +55,9 @@ OPTION_SETS = {
     "last_block": dict(pdl=True, merge="last_block"),  # also inside CUDA graphs, any rows
 }
 # The team path at every width (shapes that take it get exactly this many lanes per row).
-TEAM_OPTION_SETS = {f"team{n}": dict(pdl=True, merge="auto", team=n)
+TEAM_OPTION_SETS = {f"team{n}": dict(OPTION_SETS["default"], team=n)
                     for n in (1, 2, 4, 8, 16, 32)}
+_ALL_OPTION_SETS = {**OPTION_SETS, **TEAM_OPTION_SETS}
 
 
 @contextlib.contextmanager
@@ -64,7 +65,7 @@ def plan_options(name):
   """Process-wide plan options inside the block (restored after)."""
   before = _ffi.debug_plan_options()
   try:
-    yield _ffi.debug_set_plan_options(**{**OPTION_SETS, **TEAM_OPTION_SETS}[name])
+    yield _ffi.debug_set_plan_options(**_ALL_OPTION_SETS[name])
   finally:
     _ffi.debug_set_plan_options(**before)
 

@@ -187,8 +187,7 @@ def test_cpu_equals_gpu_every_team_width(dtype):
   """The team kernels of 1-32 lanes per row (each width forced on each shape) give the CPU's
   samples bit for bit: a team of 2-16 lanes shares a skip threshold and a warm start over the
   team's mask while the warp's other teams scan other rows; one lane shares nothing (NOTES.md
-  try 51). Special-value rows,
-  per-row temperatures with T = 0 among them, per-row keys."""
+  try 51). Special-value rows, per-row temperatures with T = 0 among them, per-row keys."""
   rng = np.random.default_rng([51, DTYPES.index(dtype)])
   with x64_for(dtype):
     for rows, cols in TEAM_SHAPES:
