@@ -216,6 +216,11 @@ struct GumbelKeyPolicy {
       // float32 the low stream's, generated once per block where needed.
       uint32_t block_index = 0xFFFFFFFFu, low_index = 0xFFFFFFFFu;
       Philox4x32Block block{}, low{};
+      // Unrolled, so a GPU thread's vector (kN = 8) stays in registers: with try 52's bound
+      // the compiler no longer unrolled it by itself and the vector went to local memory
+      // (NOTES.md). Float16's was rolled before, and unrolled it took ~30 more registers in
+      // every sampler kernel (a resident block less per SM): it stays rolled.
+#pragma unroll(F == Format::kF16 ? 1 : kN)
       for (int j = 0; j < kN; ++j) {
         const uint32_t col = col_offset + static_cast<uint32_t>(first + j);
         if (col / kPerBlock != block_index) {
@@ -502,9 +507,14 @@ struct GumbelKeyPolicy {
       if (!__any_sync(mask, candidates != 0)) return;  // the common case: t stays valid
       state.stale = true;
       do {
+        // This lane's candidate of the round, if any (this form is the measured and tested
+        // build's: NOTES.md try 52).
+        int j = -1;
         if (candidates != 0) {
-          const int j = __ffs(candidates) - 1;
+          j = __ffs(candidates) - 1;
           candidates &= candidates - 1;
+        }
+        if (j >= 0) {
           Bits element = elements[0];
           auto bits = NoiseBitsAt(p, 0);
           uint32_t low = LowAt(p, 0);
