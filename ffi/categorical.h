@@ -25,11 +25,20 @@
 #ifndef JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 #define JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "gumbel.h"
 #include "order.h"
+
+// The CPU handler's row loop (cpu_reduce.h) calls Visit once per 8 columns: inlined, or a call
+// per run (g++ stopped inlining it when the run test below made it longer: 65536x64 +10-20%).
+#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
+#define JAX_ARGREDUCE_HOST_INLINE __attribute__((always_inline))
+#else
+#define JAX_ARGREDUCE_HOST_INLINE
+#endif
 
 namespace jax_argreduce {
 namespace categorical_detail {
@@ -199,8 +208,8 @@ struct GumbelKeyPolicy {
     // Visits kN consecutive elements from column `first` in increasing column order, keeping
     // the running best (strict '>': the lowest column keeps a tie).
     template <int kN>
-    JAX_ARGREDUCE_HD void Visit(const Bits* elements, int32_t first, Key& best,
-                                int32_t& best_index) const {
+    JAX_ARGREDUCE_HD JAX_ARGREDUCE_HOST_INLINE void Visit(const Bits* elements, int32_t first,
+                                                          Key& best, int32_t& best_index) const {
       using namespace gumbel_detail;
       if (greedy) {
         for (int j = 0; j < kN; ++j) {
@@ -216,6 +225,35 @@ struct GumbelKeyPolicy {
       // float32 the low stream's, generated once per block where needed.
       uint32_t block_index = 0xFFFFFFFFu, low_index = 0xFFFFFFFFu;
       Philox4x32Block block{}, low{};
+#if !defined(__CUDA_ARCH__)
+      // The CPU's runs of 8 columns on one block of float32 noise: first the run as a whole,
+      // its largest logit scaled (1/T > 0: monotone) plus the bound of its largest high half;
+      // if that cannot beat the best, neither can any of its elements (most runs of a long
+      // row, once the best is good: NOTES.md try 53). A NaN logit never skips.
+      if constexpr (kN == 8 && F != Format::kF64) {
+        const uint32_t col0 = col_offset + static_cast<uint32_t>(first);
+        if (inv_t_positive && col0 % kPerBlock == 0) {
+          block_index = col0 / kPerBlock;
+          block = GumbelBitsHighF32(k0, k1, counter_row, block_index);
+          float logit_max = categorical_detail::Widen<F>(elements[0]);
+          bool nan = logit_max != logit_max;
+          for (int j = 1; j < kN; ++j) {
+            const float logit = categorical_detail::Widen<F>(elements[j]);
+            nan |= logit != logit;
+            logit_max = logit > logit_max ? logit : logit_max;
+          }
+          uint32_t high_max = 0;
+          for (int w = 0; w < 4; ++w) {
+            const uint32_t a = block.v[w] & 0xFFFFu, b = block.v[w] >> 16;
+            high_max = std::max(high_max, std::max(a, b));
+          }
+          if (!nan &&
+              KeyOf(Add(Mul(logit_max, inv_t), GumbelUpperBoundHighF32(high_max))) <= best) {
+            return;
+          }
+        }
+      }
+#endif
       // Unrolled, so a GPU thread's vector (kN = 8) stays in registers: with try 52's bound
       // the compiler no longer unrolled it by itself and the vector went to local memory
       // (NOTES.md). Float16's was rolled before, and unrolled it took ~30 more registers in

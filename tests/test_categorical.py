@@ -17,6 +17,8 @@ below the threshold is a failure, not bad luck):
     every key impl and ways of deriving keys; the joint law of adjacent rows' samples (chi-square
     against the product of uniforms);
   * the distribution equals jax.random.categorical's (two-sample chi-square, p >= 1e-6).
+Exactness: every index is the first argmax of fl(fl(logit * fl(1/T)) + G), G read back one
+column at a time (the handler's skipping never changes a sample).
 Contract: indices in range whatever the logits (NaN, ±inf, subnormal, random bits), -inf never
 drawn, an all -inf row gives 0, the first NaN wins, T == 0 rows are exactly ``argmax``; the same
 key gives the same samples (eager, jit, export), a sample depends only on (key, row, column):
@@ -404,6 +406,52 @@ def test_noise_is_gumbel(dtype, x64):
   assert abs(r) <= SIGMAS / math.sqrt(rows), r
   r = float(np.corrcoef(a[:-1], a[1:])[0, 1])
   assert abs(r) <= SIGMAS / math.sqrt(rows), r
+
+
+def noise_rows(key, rows: int, cols: int) -> np.ndarray:
+  """float32 G(key, row, col) for every row and column: per row r, the noisy maxima of a
+  [cols, cols] call whose only finite logit of row c (0) is at column c, one key per row (so
+  each is its key's row 0) and row offset r."""
+  data = jax.random.key_data(key).reshape(1, 2).astype(np.uint32)
+  x = np.full((cols, cols), -np.inf, np.float32)
+  np.fill_diagonal(x, 0)
+  x = jnp.asarray(x)
+  keys = jnp.asarray(np.repeat(data, cols, axis=0))
+  out = []
+  for r in range(rows):
+    values, indices = _primitives.categorical_last_axis(
+        keys, x, jnp.ones((1,), np.float32), jnp.asarray([r, 0], np.int32),
+        index_dtype=np.int32)
+    assert (np.asarray(indices) == np.arange(cols)).all()
+    out.append(np.asarray(values))
+  return np.stack(out)
+
+
+@pytest.mark.parametrize("cols", [64, 203, 1000])
+@pytest.mark.parametrize("temperature", [1.0, 0.8])
+def test_samples_are_the_argmax_of_logits_over_t_plus_noise(cols, temperature):
+  """Skipping never changes a sample: each index is exactly the first argmax of fl(fl(logit *
+  fl(1 / T)) + G) (float32 steps, numpy), G read back one column at a time, on rows where the
+  noise decides (flat), where the logits do (scale 4), peaked, ragged vocabularies (203: a
+  tail of 3 columns after the runs of 8) and ties of equal logits."""
+  rows = 48
+  key = jax.random.key(2024)
+  g = noise_rows(key, rows, cols)
+  rng = np.random.default_rng(cols)
+  x = np.concatenate([
+      np.zeros((rows // 4, cols), np.float32),
+      rng.normal(0, 4, (rows // 4, cols)).astype(np.float32),
+      rng.normal(0, 1, (rows // 4, cols)).astype(np.float32),
+      np.round(rng.normal(0, 2, (rows // 4, cols))).astype(np.float32),
+  ])
+  x[rows // 2: 3 * rows // 4, cols // 3] = 9.0  # peaked rows
+  inv_t = np.float32(1) / np.float32(temperature)
+  y = (x * inv_t).astype(np.float32) + g
+  want = np.argmax(y, axis=-1)
+  _, got = _primitives.categorical_last_axis(
+      jax.random.key_data(key).reshape(1, 2).astype(np.uint32), jnp.asarray(x),
+      jnp.full((1,), temperature, np.float32), jnp.zeros((2,), np.int32), index_dtype=np.int32)
+  np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_noise_does_not_depend_on_logits_dtype_or_temperature():
