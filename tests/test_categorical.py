@@ -408,10 +408,10 @@ def test_noise_is_gumbel(dtype, x64):
   assert abs(r) <= SIGMAS / math.sqrt(rows), r
 
 
-def noise_rows(key, rows: int, cols: int) -> np.ndarray:
-  """float32 G(key, row, col) for every row and column: per row r, the noisy maxima of a
-  [cols, cols] call whose only finite logit of row c (0) is at column c, one key per row (so
-  each is its key's row 0) and row offset r."""
+def noise_rows(key, rows: int, cols: int, col_offset: int = 0) -> np.ndarray:
+  """float32 G(key, row, col_offset + col) for every row and column: per row r, the noisy
+  maxima of a [cols, cols] call whose only finite logit of row c (0) is at column c, one key
+  per row (so each is its key's row 0), offsets (r, col_offset)."""
   data = jax.random.key_data(key).reshape(1, 2).astype(np.uint32)
   x = np.full((cols, cols), -np.inf, np.float32)
   np.fill_diagonal(x, 0)
@@ -420,37 +420,45 @@ def noise_rows(key, rows: int, cols: int) -> np.ndarray:
   out = []
   for r in range(rows):
     values, indices = _primitives.categorical_last_axis(
-        keys, x, jnp.ones((1,), np.float32), jnp.asarray([r, 0], np.int32),
+        keys, x, jnp.ones((1,), np.float32), jnp.asarray([r, col_offset], np.int32),
         index_dtype=np.int32)
     assert (np.asarray(indices) == np.arange(cols)).all()
     out.append(np.asarray(values))
   return np.stack(out)
 
 
-@pytest.mark.parametrize("cols", [64, 203, 1000])
+@pytest.mark.parametrize("cols,col_offset,dtype", [
+    (64, 0, "float32"), (203, 0, "float32"), (1000, 0, "float32"), (1000, 0, "bfloat16"),
+    (203, 5, "float32"), (1000, 8, "float16")])
 @pytest.mark.parametrize("temperature", [1.0, 0.8])
-def test_samples_are_the_argmax_of_logits_over_t_plus_noise(cols, temperature):
+def test_samples_are_the_argmax_of_logits_over_t_plus_noise(cols, col_offset, dtype,
+                                                            temperature):
   """Skipping never changes a sample: each index is exactly the first argmax of fl(fl(logit *
-  fl(1 / T)) + G) (float32 steps, numpy), G read back one column at a time, on rows where the
-  noise decides (flat), where the logits do (scale 4), peaked, ragged vocabularies (203: a
-  tail of 3 columns after the runs of 8) and ties of equal logits."""
+  fl(1 / T)) + G) (float32 steps, numpy; 16-bit logits widened exactly), G read back one
+  column at a time, on rows where the noise decides (flat), where the logits do (scale 4),
+  peaked, with ties of equal logits, ±inf and NaN logits, ragged vocabularies (203: a tail
+  after the runs of 8) and a vocabulary shard's column offset (runs off the noise's blocks of
+  8 columns at offset 5)."""
   rows = 48
   key = jax.random.key(2024)
-  g = noise_rows(key, rows, cols)
-  rng = np.random.default_rng(cols)
+  g = noise_rows(key, rows, cols, col_offset)
+  rng = np.random.default_rng(cols + col_offset)
+  q = rows // 4
   x = np.concatenate([
-      np.zeros((rows // 4, cols), np.float32),
-      rng.normal(0, 4, (rows // 4, cols)).astype(np.float32),
-      rng.normal(0, 1, (rows // 4, cols)).astype(np.float32),
-      np.round(rng.normal(0, 2, (rows // 4, cols))).astype(np.float32),
-  ])
-  x[rows // 2: 3 * rows // 4, cols // 3] = 9.0  # peaked rows
+      np.zeros((q, cols)), rng.normal(0, 4, (q, cols)), rng.normal(0, 1, (q, cols)),
+      np.round(rng.normal(0, 2, (q, cols)))]).astype(reference.np_dtype(dtype))
+  x[2 * q: 3 * q, cols // 3] = 9.0  # peaked rows
+  x[3 * q, ::7] = -np.inf
+  x[3 * q + 1, cols // 2] = np.inf
+  x[3 * q + 2, cols // 2:] = -np.inf
+  x[3 * q + 3, cols - 2] = np.nan
   inv_t = np.float32(1) / np.float32(temperature)
-  y = (x * inv_t).astype(np.float32) + g
-  want = np.argmax(y, axis=-1)
+  y = (x.astype(np.float32) * inv_t).astype(np.float32) + g
+  want = np.argmax(y, axis=-1)  # the first NaN, else the first maximum
   _, got = _primitives.categorical_last_axis(
       jax.random.key_data(key).reshape(1, 2).astype(np.uint32), jnp.asarray(x),
-      jnp.full((1,), temperature, np.float32), jnp.zeros((2,), np.int32), index_dtype=np.int32)
+      jnp.full((1,), temperature, np.float32), jnp.asarray([0, col_offset], np.int32),
+      index_dtype=np.int32)
   np.testing.assert_array_equal(np.asarray(got), want)
 
 
