@@ -227,14 +227,13 @@ struct GumbelKeyPolicy {
       Philox4x32Block block{}, low{};
 #if !defined(__CUDA_ARCH__)
       // The CPU's runs of 8 columns on one block of float32 noise: first the run as a whole,
-      // its largest logit scaled (1/T > 0: monotone) plus the bound of its largest high half;
-      // if that cannot beat the best, neither can any of its elements (most runs of a long
-      // row, once the best is good: NOTES.md try 53). A NaN logit never skips.
+      // its largest logit scaled (1/T > 0: monotone) plus the noise's maximum, then plus the
+      // bound of its largest high half; if that cannot beat the best, neither can any of its
+      // elements (most runs of a long row, once the best is good: NOTES.md try 53; with the
+      // maximum, before the generator's call: try 55). A NaN logit never skips.
       if constexpr (kN == 8 && F != Format::kF64) {
         const uint32_t col0 = col_offset + static_cast<uint32_t>(first);
         if (inv_t_positive && col0 % kPerBlock == 0) {
-          block_index = col0 / kPerBlock;
-          block = GumbelBitsHighF32(k0, k1, counter_row, block_index);
           float logit_max = categorical_detail::Widen<F>(elements[0]);
           bool nan = logit_max != logit_max;
           for (int j = 1; j < kN; ++j) {
@@ -242,15 +241,18 @@ struct GumbelKeyPolicy {
             nan |= logit != logit;
             logit_max = logit > logit_max ? logit : logit_max;
           }
+          const float scaled_max = Mul(logit_max, inv_t);
+          // Not even the largest noise of all (kGumbelMaxF32) lifts the run to the best: done
+          // without its generator call (peaked rows, far below their head).
+          if (!nan && KeyOf(Add(scaled_max, kGumbelMaxF32)) <= best) return;
+          block_index = col0 / kPerBlock;
+          block = GumbelBitsHighF32(k0, k1, counter_row, block_index);
           uint32_t high_max = 0;
           for (int w = 0; w < 4; ++w) {
             const uint32_t a = block.v[w] & 0xFFFFu, b = block.v[w] >> 16;
             high_max = std::max(high_max, std::max(a, b));
           }
-          if (!nan &&
-              KeyOf(Add(Mul(logit_max, inv_t), GumbelUpperBoundHighF32(high_max))) <= best) {
-            return;
-          }
+          if (!nan && KeyOf(Add(scaled_max, GumbelUpperBoundHighF32(high_max))) <= best) return;
         }
       }
 #endif

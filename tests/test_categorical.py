@@ -436,9 +436,10 @@ def test_samples_are_the_argmax_of_logits_over_t_plus_noise(cols, col_offset, dt
   """Skipping never changes a sample: each index is exactly the first argmax of fl(fl(logit *
   fl(1 / T)) + G) (float32 steps, numpy; 16-bit logits widened exactly), G read back one
   column at a time, on rows where the noise decides (flat), where the logits do (scale 4),
-  peaked, with ties of equal logits, ±inf and NaN logits, ragged vocabularies (203: a tail
-  after the runs of 8) and a vocabulary shard's column offset (runs off the noise's blocks of
-  8 columns at offset 5)."""
+  peaked (also by more than the noise's range: runs skipped before their generator call),
+  with ties of equal logits, ±inf and NaN logits, ragged vocabularies (203: a tail after the
+  runs of 8) and a vocabulary shard's column offset (runs off the noise's blocks of 8
+  columns at offset 5)."""
   rows = 48
   key = jax.random.key(2024)
   g = noise_rows(key, rows, cols, col_offset)
@@ -452,6 +453,7 @@ def test_samples_are_the_argmax_of_logits_over_t_plus_noise(cols, col_offset, dt
   x[3 * q + 1, cols // 2] = np.inf
   x[3 * q + 2, cols // 2:] = -np.inf
   x[3 * q + 3, cols - 2] = np.nan
+  x[3 * q + 4, cols // 4] = 40.0  # a head above what any noise lifts the rest to
   inv_t = np.float32(1) / np.float32(temperature)
   y = (x.astype(np.float32) * inv_t).astype(np.float32) + g
   want = np.argmax(y, axis=-1)  # the first NaN, else the first maximum
