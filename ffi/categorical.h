@@ -248,9 +248,8 @@ struct GumbelKeyPolicy {
           block_index = col0 / kPerBlock;
           block = GumbelBitsHighF32(k0, k1, counter_row, block_index);
           uint32_t high_max = 0;
-          for (int w = 0; w < 4; ++w) {
-            const uint32_t a = block.v[w] & 0xFFFFu, b = block.v[w] >> 16;
-            high_max = std::max(high_max, std::max(a, b));
+          for (uint32_t i = 0; i < kPerBlock; ++i) {
+            high_max = std::max(high_max, GumbelHalf(block, i));
           }
           if (!nan && KeyOf(Add(scaled_max, GumbelUpperBoundHighF32(high_max))) <= best) return;
         }
@@ -441,8 +440,9 @@ struct GumbelKeyPolicy {
         // A vote, so every lane of `mask` takes the branch together and the warp collectives
         // inside see all of them even if lanes of a call arrive in more than one group;
         // warp-wide also where the warp's teams scan several rows (recomputing t is valid at
-        // any time, so a lane or team whose t is fresh may join). row_lanes == 0 (one lane per row): no warm start, this lane's own best only (the
-        // warm start measured 20.8 -> 34.9 us at 65536x64: NOTES.md try 51).
+        // any time, so a lane or team whose t is fresh may join). row_lanes == 0 (one lane
+        // per row): no warm start, this lane's own best only (the warm start measured 20.8 ->
+        // 34.9 us at 65536x64: NOTES.md try 51).
         if (row_lanes != 0 ? __any_sync(mask, state.stale) : state.stale) {
           Key warp_best = best;
 #if __CUDA_ARCH__ >= 800

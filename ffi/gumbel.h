@@ -483,8 +483,8 @@ constexpr double kGumbelMaxF64 = 0x1.686fc0af622d7p+5;   // 45.054566736396445
 // largest pattern by 0.07 on average for u >= 1/2 (at most 0.154, at u = 1/2) and by 0.04 where
 // u >= 7/8 (the tail, where skipping happens); high = 0xFFFF (x = 0) gives 127 ln 2 + 2^-12
 // (88.03). Non-decreasing in high. Checked over every high half (tests/cpp/gumbel_test.cc). The
-// former bound, (clz(~bits) + 1) ln 2, was 0.53 and 0.42 above there (NOTES.md try 52). Every step is a correctly rounded operation: the same
-// value on host and device.
+// former bound, (clz(~bits) + 1) ln 2, was 0.53 and 0.42 above there (NOTES.md try 52). Every
+// step is a correctly rounded operation: the same value on host and device.
 JAX_ARGREDUCE_HD float GumbelUpperBoundHighF32(uint32_t high) {
   using namespace gumbel_detail;
   const float d = Sub(AsFloat(0x3F800000u | ((~high & 0xFFFFu) << 7)), 1.0f);
