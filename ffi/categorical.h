@@ -21,7 +21,9 @@
 // split and team kernels prepare both halves up front: Prepare's kAll). On the GPU's
 // vector scan (VisitPrepared) the bound is also held against the best of the warp's lanes
 // that scan the same row (the whole warp, or a team of 2-16 of them): an element whose bound
-// key is strictly below another lane's best (any column) cannot win or tie either.
+// key is strictly below another lane's best (any column) cannot win or tie either. On the team
+// paths a vector's own elements also give a threshold with no log: G >= its lower bound
+// (gumbel.h), so an element strictly below another element's lower-bound sum cannot win.
 #ifndef JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 #define JAX_ARGREDUCE_FFI_CATEGORICAL_H_
 
@@ -481,7 +483,7 @@ struct GumbelKeyPolicy {
                                       : 0x80000000u | static_cast<uint32_t>(-need));
           state.stale = false;
         }
-        const float t = state.t;
+        float t = state.t;
         // First for the whole chunk: its largest logit (NaN-propagating) scaled, plus the
         // bound of its largest noise bits. Scaling by 1/T > 0, the bound (non-decreasing in
         // the bits) and rounded addition are monotone, so no element's sum exceeds this one;
@@ -528,6 +530,23 @@ struct GumbelKeyPolicy {
           some = state.open && !(Add(Mul(logit_max, inv_t), GumbelUpperBoundHighF32(high)) < t);
         }
         if (some) {
+          // The team path's vector visits: a threshold from the vector's own elements with no
+          // log. fl(a + GumbelLowerBoundHighF32(high)) <= that element's y, so an element whose
+          // bound sum is strictly below the largest of them loses to that element, whatever
+          // the columns (NOTES.md try 54). On every vector with one lane per row (row_lanes ==
+          // 0: no warm start; 65536x64 -1.8 us), on the first one of a team of 2-16 (just
+          // warm-started: done; 4096x128 -0.3 us; on its later ones it measured slower), not
+          // on the split path (all 32 lanes: 8x202048 +0.2-0.35 us). Float16: not tried.
+          if (kCount == 1 && F != Format::kF16 &&
+              (row_lanes == 0 || (row_lanes != 0xFFFFFFFFu && done != 0))) {
+            float lower = t;
+#pragma unroll
+            for (int j = 0; j < kN; ++j) {
+              lower = fmaxf(lower, Add(ScaledPositive(elements[j]),
+                                       GumbelLowerBoundHighF32(NoiseBitsAt(p, j))));
+            }
+            t = lower;  // fmaxf drops a NaN sum; such an element still passes "!(y < t)"
+          }
 #pragma unroll
           for (int j = 0; j < kN; ++j) {
             const float y = Add(ScaledPositive(elements[j]), PrefixBound(NoiseBitsAt(p, j)));

@@ -336,6 +336,29 @@ void TestHighBoundF32() {
         "noise f32: G <= GumbelUpperBoundHighF32(high), non-decreasing, tight", buf);
 }
 
+// The scan's log-free lower bound of a high half over every high half: G of the half's smallest
+// pattern (so of every pattern with that half) is never below it, and for u >= 1/2 it is within
+// 0.2 of that G.
+void TestLowBoundF32() {
+  uint32_t violations = 0, worst = 0;
+  double slack_max = 0, slack_sum = 0;
+  for (uint32_t high = 0; high <= 0xFFFFu; ++high) {
+    const float g = GumbelFromBitsF32(high << 16);
+    const float bound = GumbelLowerBoundHighF32(high);
+    violations += !(bound <= g);
+    if (high >= 0x8000u) {
+      const double slack = static_cast<double>(g) - bound;
+      slack_sum += slack;
+      if (slack > slack_max) slack_max = slack, worst = high;
+    }
+  }
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%u violations; upper half: max G - bound %.4f (at %04x), mean %.4f",
+                violations, slack_max, worst, slack_sum / 0x8000);
+  Check(violations == 0 && slack_max <= 0.2, "noise f32: G >= GumbelLowerBoundHighF32(high), tight",
+        buf);
+}
+
 void TestNoiseF32(bool exhaustive) {
   std::vector<NoiseStats> per(64);
   if (exhaustive) {
@@ -710,6 +733,7 @@ int main(int argc, char** argv) {
   TestLogF32(exhaustive);
   TestLogF64(exhaustive);
   TestHighBoundF32();
+  TestLowBoundF32();
   TestNoiseF32(exhaustive);
   TestNoiseF64(exhaustive);
   TestDistribution();
