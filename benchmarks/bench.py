@@ -58,6 +58,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -252,6 +253,9 @@ def parse_args(argv=None):
                  "cases interleaved (3)")
   p.add_argument("--steps", type=int, default=16, help="chain: unrolled steps K (16)")
   p.add_argument("--temperature", type=float, default=0.8, help="categorical T (0.8)")
+  p.add_argument("--logits", choices=("normal", "peaked"), default="normal",
+                 help="isolated inputs: normal(0, 1), or peaked: the same with 20 columns per "
+                      "row at 25 + normal(0, 1), an LLM-like head far above the tail (normal)")
   p.add_argument("--wall-r", type=int, help="isolated: distinct inputs per jitted program "
                  "for the wall time (16; quick 2; 0 skips)")
   p.add_argument("--wall-repeats", type=int, help="timed runs of it (10; quick 3)")
@@ -350,13 +354,25 @@ def ours_impls(ctx: Ctx, op: str) -> list[tuple[str, str, dict | None]]:
   return out
 
 
-def make_inputs(ctx: Ctx, shape, dtype, count, tag, scale=1.0, sharding=None):
-  """``count`` distinct random-normal arrays (input i the same whatever count is)."""
+PEAKED_HEAD = (20, 25.0)  # --logits peaked: columns per row lifted, by how much
+
+
+def make_inputs(ctx: Ctx, shape, dtype, count, tag, scale=1.0, sharding=None, peaked=False):
+  """``count`` distinct random-normal arrays (input i the same whatever count is); peaked:
+  PEAKED_HEAD[0] random columns of each row (of the last axis) lifted by PEAKED_HEAD[1]."""
   jax, jnp = ctx.jax, ctx.jnp
   base = jax.random.key(zlib.crc32(f"{shape}:{dtype}:{tag}".encode()) % (2**31))
   xs = []
   for i in range(count):
-    x = (scale * jax.random.normal(jax.random.fold_in(base, i), shape, jnp.float32)).astype(dtype)
+    k = jax.random.fold_in(base, i)
+    x = scale * jax.random.normal(k, shape, jnp.float32)
+    if peaked:
+      rows, cols = math.prod(shape[:-1]), shape[-1]
+      head = jax.random.randint(jax.random.fold_in(k, 1), (rows, PEAKED_HEAD[0]), 0, cols)
+      x = x.reshape(rows, cols)
+      r = jnp.arange(rows)[:, None]
+      x = x.at[r, head].set(x[r, head] + PEAKED_HEAD[1]).reshape(shape)  # repeats: once
+    x = x.astype(dtype)
     xs.append(jax.device_put(x, sharding) if sharding is not None else x)
   return xs
 
@@ -488,7 +504,8 @@ def isolated_groups(ctx: Ctx) -> list[dict]:
     for dtype in a.dtype_list:
       for rows, cols in shapes:
         tag = f"{op}_{SHORT[dtype]}_{rows}x{cols}"
-        xs = make_inputs(ctx, (rows, cols), dtype, a.inputs, "bench")
+        xs = make_inputs(ctx, (rows, cols), dtype, a.inputs, "bench",
+                         peaked=a.logits == "peaked")
         inputs = ([(x, jax.random.key(i)) for i, x in enumerate(xs)] if op == "categorical"
                   else [(x,) for x in xs])
         g = {"op": op, "dtype": dtype, "rows": rows, "cols": cols, "ref": ref_label,
@@ -551,7 +568,8 @@ def run_isolated(ctx: Ctx) -> dict:
   if a.wall_r or a.numpy:
     t0 = time.perf_counter()
     for g in groups:
-      xs = make_inputs(ctx, (g["rows"], g["cols"]), g["dtype"], max(a.wall_r, 1), "bench")
+      xs = make_inputs(ctx, (g["rows"], g["cols"]), g["dtype"], max(a.wall_r, 1), "bench",
+                       peaked=a.logits == "peaked")
       keys = [jax.random.key(i) for i in range(len(xs))]
       for impl, c in g["cases"].items():
         if not a.wall_r:
@@ -1039,7 +1057,9 @@ def write_outputs(out: Path, res: dict, targets: list[dict], args) -> None:
         f"{iters_for(args, 'chain')}, isolated {iters_for(args, 'isolated')}, example "
         f"{iters_for(args, 'example')}, sharded {iters_for(args, 'sharded')} calls), cases "
         f"interleaved in {args.rounds} rounds, rotating among {args.inputs} random-normal "
-        "inputs, each call inside a host marker and waited for; device events "
+        + ("inputs (isolated: peaked, {} columns per row lifted by {}), ".format(*PEAKED_HEAD)
+           if args.logits == "peaked" else "inputs, ")
+        + "each call inside a host marker and waited for; device events "
         "(`args.hlo_module == jit_<name>`) are cut into calls by the markers; medians over "
         "calls (`benchmarks/timing.py`)."]
   for mode in res["modes"]:

@@ -536,7 +536,8 @@ struct GumbelKeyPolicy {
           // the columns (NOTES.md try 54). On every vector with one lane per row (row_lanes ==
           // 0: no warm start; 65536x64 -1.8 us), on the first one of a team of 2-16 (just
           // warm-started: done; 4096x128 -0.3 us; on its later ones it measured slower), not
-          // on the split path (all 32 lanes: 8x202048 +0.2-0.35 us). Float16: not tried.
+          // where all 32 lanes scan a row (the split path, 8x202048 +0.2-0.35 us; teams of
+          // 32; the block kernel visits chunks, kCount > 1). Float16: not tried.
           if (kCount == 1 && F != Format::kF16 &&
               (row_lanes == 0 || (row_lanes != 0xFFFFFFFFu && done != 0))) {
             float lower = t;
