@@ -374,6 +374,19 @@ JAX_ARGREDUCE_HD double LogSumF64(double hi, double lo) {
   const double ef = kNeg ? -r.ef : r.ef;
   return Fma(ef, kLn2HiF64, Fma(ef, kLn2LoF64, Log1pPolyF64<kNeg>(x)));
 }
+// c - ln 2 * bits(x) * 2^-23 for a float x in [0, 2^30): ln 2 * (c / ln 2 - 127 - log2 x) up to
+// log2(1 + m) - m (x = 2^e (1 + m)), no log; the log-free noise bounds' common step. Correctly
+// rounded steps (the bits' conversion to nearest on both sides): the same value on host and
+// device.
+JAX_ARGREDUCE_HD float Ln2BitsLine(float x, float c) {
+  const int32_t x_bits = static_cast<int32_t>(AsBits(x));
+#if defined(__CUDA_ARCH__)
+  const float x_bits_f = __int2float_rn(x_bits);
+#else
+  const float x_bits_f = static_cast<float>(x_bits);  // round to nearest, as the device's
+#endif
+  return Fma(x_bits_f, -0x1.62e43p-24f /* ln 2 * 2^-23, rounded */, c);
+}
 }  // namespace gumbel_detail
 
 // log(x) for a positive normal float32 x (0, inf, NaN and subnormals are not handled: the noise
@@ -488,15 +501,8 @@ constexpr double kGumbelMaxF64 = 0x1.686fc0af622d7p+5;   // 45.054566736396445
 JAX_ARGREDUCE_HD float GumbelUpperBoundHighF32(uint32_t high) {
   using namespace gumbel_detail;
   const float d = Sub(AsFloat(0x3F800000u | ((~high & 0xFFFFu) << 7)), 1.0f);
-  const float x = Mul(d, Fma(d, 0.5f, 1.0f));
-  const int32_t x_bits = static_cast<int32_t>(AsBits(x));  // x in [0, 1.5]: below 2^30
-#if defined(__CUDA_ARCH__)
-  const float x_bits_f = __int2float_rn(x_bits);
-#else
-  const float x_bits_f = static_cast<float>(x_bits);  // round to nearest, as the device's
-#endif
-  return Fma(x_bits_f, -0x1.62e43p-24f /* ln 2 * 2^-23, rounded */,
-             0x1.601ea8p+6f /* 127 ln 2 + 2^-12 */);
+  const float x = Mul(d, Fma(d, 0.5f, 1.0f));  // in [0, 1.5]
+  return Ln2BitsLine(x, 0x1.601ea8p+6f /* 127 ln 2 + 2^-12 */);
 }
 // G(high << 16 | low) >= GumbelLowerBoundHighF32(high) for every low (the bound of the half's
 // smallest pattern): for high >= 0x8000 (u >= 1/2), d = (0x10000 - high) 2^-16 >= 1 - u
@@ -508,15 +514,8 @@ JAX_ARGREDUCE_HD float GumbelUpperBoundHighF32(uint32_t high) {
 JAX_ARGREDUCE_HD float GumbelLowerBoundHighF32(uint32_t high) {
   using namespace gumbel_detail;
   const float d = Sub(AsFloat(0x3F800000u | (((0x10000u - high) & 0xFFFFu) << 7)), 1.0f);
-  const float x = Fma(d, d, d);
-  const int32_t x_bits = static_cast<int32_t>(AsBits(x));
-#if defined(__CUDA_ARCH__)
-  const float x_bits_f = __int2float_rn(x_bits);
-#else
-  const float x_bits_f = static_cast<float>(x_bits);
-#endif
-  const float bound = Fma(x_bits_f, -0x1.62e43p-24f /* ln 2 * 2^-23, rounded */,
-                          0x1.5fe10ap+6f /* ln 2 (127 - 0.0861) - 2^-12 */);
+  const float x = Fma(d, d, d);  // in [0, 2] (used for high >= 0x8000: [0, 0.75])
+  const float bound = Ln2BitsLine(x, 0x1.5fe10ap+6f /* ln 2 (127 - 0.0861) - 2^-12 */);
   return high >= 0x8000u ? bound : kGumbelMinF32;
 }
 // The bound of a full pattern: its high half's (G non-decreasing in the bits).
