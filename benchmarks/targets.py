@@ -31,10 +31,11 @@ SPEC_SHAPES = ((1, 32000), (1, 128256), (1, 202048), (1, 262144), (8, 202048), (
                (256, 202048), (4096, 8), (4096, 128), (4096, 4096), (65536, 64), (65536, 1024))
 LARGE_SHAPES = ((4096, 4096), (65536, 1024), (256, 202048))
 # SPEC §3b / issue 10's in-chain shapes, plus 16x202048 (as many bytes in float32 as 32x202048
-# in bfloat16) and single rows of common vocabularies.
+# in bfloat16), single rows of common vocabularies, and many rows on both sides of the
+# dispatch rule's many-row thresholds (NOTES.md try 62).
 CHAIN_SHAPES = ((1, 202048), (8, 202048), (16, 202048), (32, 202048), (256, 202048),
                 (8, 32000), (64, 128256), (1, 32000), (1, 128256), (128, 202048),
-                (65536, 1024))
+                (65536, 1024), (4096, 512), (4096, 4096), (1024, 4096), (512, 32000))
 # Issue 11's sharded inputs: (dtype, rows, cols).
 SHARDED_CASES = ((F32, 8, 202048), (BF16, 32, 202048), (BF16, 256, 202048))
 

@@ -24,26 +24,47 @@ HANDLER_DTYPES = frozenset(
 INT32_MAX = int(np.iinfo(np.int32).max)
 
 # CUDA: routed by device time per step inside a decode-like chain (SPEC §3b), where the GPU
-# runs ahead of the host: what users feel. Measured on an H200 (benchmarks/NOTES.md, tries 15,
-# 22 and 37): the kernels win in 16-bit formats for several wide rows (>= 65536 columns: 8-256
-# x 202048, 64 x 128256) and large inputs; the exact XLA path wins for small inputs (8 x 32000:
-# the kernels' scan + merge cost ~1 us more than XLA's two reduction kernels there), for
-# float32 rows (but 128 or more wide ones, below), and for one row of 32000-262144 columns in
-# both formats (split by hand into rows of 128 columns, _xla.py: up to 1.6 us per step less
-# than the kernels, 1x262144 bfloat16 a tie); narrow rows (<= 64 columns) of large inputs
-# take the team kernels, which beat XLA's narrow-row reduction by 1.6-2.5x. One row of 262145
-# to 2^20 - 1 columns (not measured in-chain) follows the longest measured; from 2^20 it
-# stays on the kernels, as large inputs do.
+# runs ahead of the host: what users feel. Measured on an H200, our kernels against the exact
+# XLA path (benchmarks/NOTES.md tries 15, 22, 37, 40, 41 and 62; µs per step against
+# jnp.argmax, kernels / XLA path):
+# - Several wide rows (>= 65536 columns): the kernels in 16-bit formats from 2 rows (8-256 x
+#   202048, 64 x 128256); float32 from 128 rows (the kernels scan each row from its end, where
+#   the LM head's matmul wrote last and L2 still holds it, with evict-first loads: 256x202048
+#   -3.6 / +0.3, 64x202048 +1.6 / +0.5: fewer rows take the split path, whose scan + merge
+#   cost ~1 us more than XLA's two reduction kernels inside a CUDA graph).
+# - Long rows (>= 16384 columns) from 128 rows and 6 MiB (float32 128x32000 -1.6 / +0.6,
+#   512x32000 -4.1 / +2.7, 192x50257 +0.2 / +0.6; bfloat16 256x32000 -4.1 / +1.1, 128x32000
+#   -0.2 / +0.7, 1024x16384 -1.7 / +1.8; 64x32000 +1.1 / +0.3 and bfloat16 128x16384, 4 MiB,
+#   +1.1 / -0.0 stay on the XLA path; 6 MiB lies between the two). In wider formats only
+#   below 1024 rows (float32 1024x16384 +4.4 / +0.4; 1024x32000 +4.9 / +5.4 is given up): from
+#   1024 rows the planner gives a row 32 lanes (the team path), which fill a quarter of the
+#   GPU, where fewer rows get a block each.
+# - One row: the XLA path (split by hand into rows of 128 columns, _xla.py: up to 1.6 us per
+#   step less than the kernels, 1x262144 bfloat16 a tie) up to 2^20 - 1 columns (262145 on:
+#   not measured in-chain, follows the longest measured); from 2^20 the kernels.
+# - Many rows (>= 2048) of >= 2048 columns or >= 16 MiB in all: the kernels (bfloat16
+#   2048x2048 -0.2 / +0.2, 16384x512 -0.6 / +1.1, 65536x1024 -22 / +6; float32 4096x1024
+#   -0.4 / +0.3, 4096x4096 -4.8 / +0.4, 65536x256 -2.0 / +0.6), up to 128 MiB in wider formats
+#   (float32 65536x1024, 256 MiB: +2.9 / -0.3; 16384x4096 -1.1 / -0.6 is given up for a simple
+#   rule). Smaller ones the XLA path (bfloat16 4096x512 +1.5 / +0.2, 8192x512 +1.0 / +0.4,
+#   4096x1024 +0.2 / +0.2; float32 4096x512 +1.1 / +0.3, 16384x128 +0.5 / +0.1), as fewer rows
+#   of medium width (1024x4096 +0.8 / +0.2 in both formats: 32 lanes per row fill a quarter of
+#   the GPU).
+# - Narrow rows (<= 64 columns) of >= 2^20 elements: the team kernels, 1.6-2.5x faster than
+#   XLA's narrow-row reduction (65536x64 float32 -3.4 / +0.1).
+# float64 follows float32, by rows and bytes (not measured).
 CUDA_WIDE_COLS = 1 << 16
-# float32 from 128 rows of >= 65536 columns: the kernels scan each row from its end, where the
-# LM head's matmul wrote last and L2 still holds it, with evict-first loads (NOTES.md tries 40,
-# 41): in-chain 256x202048 -3.6 us per step, 128x202048 -0.5 where the XLA path is +0.6
-# (64x202048, 52 MB, about L2's size: +1.6 against +0.5). float64 follows the same rule (not
-# measured: twice the bytes, so further past L2's size).
 CUDA_F32_MANY_ROWS = 128
+CUDA_LONG_ROWS = (128, 1 << 14)  # rows, columns
+CUDA_LONG_ROWS_BYTES = 6 << 20
+CUDA_F32_LONG_ROWS_MAX_ROWS = 1024
 CUDA_ONE_ROW_COLS = 1 << 20
-CUDA_LARGE_ELEMENTS = 1 << 20
+CUDA_MANY_ROWS = 2048
+CUDA_MANY_ROWS_COLS = 2048
+CUDA_MANY_ROWS_BYTES = 16 << 20
+CUDA_F32_MANY_ROWS_MAX_BYTES = 128 << 20
 CUDA_NARROW_COLS = 64
+CUDA_NARROW_ELEMENTS = 1 << 20
 
 # CPU: the handler (a SIMD scan on XLA's intra-op thread pool) beat XLA's integer-key
 # reduction on every shape of 24 or more columns measured on this project's 2-core machine
@@ -79,12 +100,18 @@ def handler_wins(op: str, platform: str, shape, dtype) -> bool:
   if platform == "cpu":
     return not (cols <= CPU_NARROW_COLS and rows >= CPU_NARROW_MIN_ROWS)
   if platform == "cuda":
-    large = rows * cols >= CUDA_LARGE_ELEMENTS
+    itemsize = np.dtype(dtype).itemsize
+    nbytes = rows * cols * itemsize
     one_wide_row = rows == 1 and cols >= CUDA_ONE_ROW_COLS
-    if np.dtype(dtype).itemsize <= 2:
-      return (rows >= 2 and cols >= CUDA_WIDE_COLS) or one_wide_row or large
-    many_wide_rows = rows >= CUDA_F32_MANY_ROWS and cols >= CUDA_WIDE_COLS
-    return one_wide_row or many_wide_rows or (cols <= CUDA_NARROW_COLS and large)
+    wide_rows = rows >= (2 if itemsize <= 2 else CUDA_F32_MANY_ROWS) and cols >= CUDA_WIDE_COLS
+    long_rows = (rows >= CUDA_LONG_ROWS[0] and cols >= CUDA_LONG_ROWS[1] and
+                 nbytes >= CUDA_LONG_ROWS_BYTES and
+                 (itemsize <= 2 or rows < CUDA_F32_LONG_ROWS_MAX_ROWS))
+    many_rows = (rows >= CUDA_MANY_ROWS and
+                 (cols >= CUDA_MANY_ROWS_COLS or nbytes >= CUDA_MANY_ROWS_BYTES) and
+                 (itemsize <= 2 or nbytes <= CUDA_F32_MANY_ROWS_MAX_BYTES))
+    narrow = cols <= CUDA_NARROW_COLS and rows * cols >= CUDA_NARROW_ELEMENTS
+    return one_wide_row or wide_rows or long_rows or many_rows or narrow
   return False
 
 

@@ -171,7 +171,7 @@ def test_auto_routing_follows_dispatch(op, rng):
   to the exact XLA path elsewhere; results exact either way."""
   target = _ffi.target("max_with_index" if reference.with_value(op) else "argreduce", "cuda")
   shapes = [(1, 202048), (8, 202049), (8, 32000), (64, 128256), (4096, 64), (65536, 64),
-            (16384, 96), (300, 4097), (7,), (2, 3, 257)]
+            (16384, 96), (300, 4097), (7,), (2, 3, 257), (128, 16384), (2048, 1024)]
   fn = jax.jit(lambda v: getattr(jax_argreduce, op)(v, axis=-1))
   routes = set()
   for dtype in DTYPES:
