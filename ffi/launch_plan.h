@@ -39,6 +39,13 @@ inline constexpr int kBlockInFlight = 8;
 inline constexpr int kMinElementsPerThread = 4;
 // Rows that could use at least this many threads leave the team path.
 inline constexpr int kBlockPathMinThreads = 256;
+// ... and from this many, rows that fill one round of the block kernel's loads
+// (kBlockThreads x kBlockInFlight 16-byte vectors, 32 KB; argreduce policies, not the
+// compute-bound sampler): 32 lanes per row would leave most of the device idle (e.g. 1024
+// rows: 8 warps per SM), a block per row keeps it full (NOTES.md try 63: in-chain float32
+// 1024x32000 45.0 -> 33.4 us per step, bfloat16 1024x16384 10.3 -> 7.9; rows of 16 KB or less
+// measured slower on blocks, 2048x2048 float32 4.2 -> 7.7).
+inline constexpr int kLongRowBlockMinThreads = 64;
 
 // Partials the split path may store: bounds the workspace.
 inline constexpr int64_t kMaxSplitPartials = 16384;

@@ -25,7 +25,7 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 
 # CUDA: routed by device time per step inside a decode-like chain (SPEC §3b), where the GPU
 # runs ahead of the host: what users feel. Measured on an H200, our kernels against the exact
-# XLA path (benchmarks/NOTES.md tries 15, 22, 37, 40, 41 and 62; µs per step against
+# XLA path (benchmarks/NOTES.md tries 15, 22, 37, 40, 41, 62 and 63; µs per step against
 # jnp.argmax, kernels / XLA path):
 # - Several wide rows (>= 65536 columns): the kernels in 16-bit formats from 2 rows (8-256 x
 #   202048, 64 x 128256); float32 from 128 rows (the kernels scan each row from its end, where
@@ -35,10 +35,10 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 # - Long rows (>= 16384 columns) from 128 rows and 6 MiB (float32 128x32000 -1.6 / +0.6,
 #   512x32000 -4.1 / +2.7, 192x50257 +0.2 / +0.6; bfloat16 256x32000 -4.1 / +1.1, 128x32000
 #   -0.2 / +0.7, 1024x16384 -1.7 / +1.8; 64x32000 +1.1 / +0.3 and bfloat16 128x16384, 4 MiB,
-#   +1.1 / -0.0 stay on the XLA path; 6 MiB lies between the two). In wider formats only
-#   below 1024 rows (float32 1024x16384 +4.4 / +0.4; 1024x32000 +4.9 / +5.4 is given up): from
-#   1024 rows the planner gives a row 32 lanes (the team path), which fill a quarter of the
-#   GPU, where fewer rows get a block each.
+#   +1.1 / -0.0 stay on the XLA path; 6 MiB lies between the two). In wider formats below
+#   2048 rows, where a row of >= 32 KB gets a block of its own (try 63: float32 1024x16384
+#   -2.0 / +0.4, 1024x32000 -5.6 / +5.4; on 32-lane teams they were +4.4 and +4.9); from 2048
+#   rows the many-row rule below.
 # - One row: the XLA path (split by hand into rows of 128 columns, _xla.py: up to 1.6 us per
 #   step less than the kernels, 1x262144 bfloat16 a tie) up to 2^20 - 1 columns (262145 on:
 #   not measured in-chain, follows the longest measured); from 2^20 the kernels.
@@ -57,7 +57,7 @@ CUDA_WIDE_COLS = 1 << 16
 CUDA_F32_MANY_ROWS = 128
 CUDA_LONG_ROWS = (128, 1 << 14)  # rows, columns
 CUDA_LONG_ROWS_BYTES = 6 << 20
-CUDA_F32_LONG_ROWS_MAX_ROWS = 1024
+CUDA_F32_LONG_ROWS_MAX_ROWS = 2048
 CUDA_ONE_ROW_COLS = 1 << 20
 CUDA_MANY_ROWS = 2048
 CUDA_MANY_ROWS_COLS = 2048

@@ -331,8 +331,8 @@ def test_cpu_routing_of_narrow_rows():
 
 
 def test_cuda_routing_of_the_measured_shapes():
-  """The in-chain crossovers of benchmarks/NOTES.md (tries 23, 37, 40, 41, 62) as _dispatch
-  encodes them: float32 takes the kernels from 128 rows of >= 65536 columns and 128-1023 rows
+  """The in-chain crossovers of benchmarks/NOTES.md (tries 23, 37, 40, 41, 62, 63) as _dispatch
+  encodes them: float32 takes the kernels from 128 rows of >= 65536 columns and 128-2047 rows
   of >= 16384 (rows read from their end with evict-first loads, the LM head's output still in
   L2) and from 2048 rows of 16-128 MiB, the exact XLA path for fewer rows, smaller and larger
   inputs; bfloat16 several wide rows, long rows from 128 (and 6 MiB) and many rows from 16 MiB
@@ -347,7 +347,7 @@ def test_cuda_routing_of_the_measured_shapes():
   assert wins((4096, 4096), f32) and wins((4096, 1024), f32) and wins((65536, 256), f32)
   assert wins((2048, 2048), f32) and not wins((16384, 4096), f32)  # 16-128 MiB only
   assert not wins((4096, 512), f32) and not wins((1024, 4096), f32)
-  assert not wins((16384, 128), f32) and not wins((1024, 16384), f32)  # a quarter of the GPU
+  assert not wins((16384, 128), f32) and wins((1024, 16384), f32) and wins((1024, 32000), f32)
   assert wins((192, 50257), f32) and wins((192, 50257), bf16)
   assert wins((8, 202048), bf16) and wins((256, 202048), bf16) and wins((65536, 1024), bf16)
   assert wins((256, 32000), bf16) and wins((128, 32000), bf16) and not wins((64, 32000), bf16)

@@ -102,6 +102,7 @@ PATH_CASES = [
     ("team", "default", 4096, 4096),
     ("block", "default", 400, 20000),    # one block per row
     ("block", "no_pdl", 256, 202048),    # more rows than SMs
+    ("block", "default", 1024, 16384),   # rows of >= 32 KB that 32-lane teams would underfill
     ("split", "default", 1, 202048),     # several blocks per row, workspace + merge, PDL
     ("split", "no_pdl", 1, 202048),
     ("split", "default", 8, 202049),

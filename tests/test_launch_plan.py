@@ -114,7 +114,7 @@ def in_flight(p):
 @pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
 @pytest.mark.parametrize("rows,cols", [(4096, 8), (4096, 128), (65536, 64), (65536, 1024),
                                        (300000, 40), (1, 1), (1, 16), (7, 3), (2 ** 20, 1),
-                                       (4096, 4096), (1000, 202048)])
+                                       (4096, 4096), (1000, 1024)])
 def test_team_path_for_narrow_or_many_rows(device, elem_bytes, rows, cols):
   for options in OPTIONS:
     p = check_invariants(plan(rows, cols, elem_bytes, device, **options), rows, cols,
@@ -151,6 +151,28 @@ def test_block_path_for_more_rows_than_sms(device, elem_bytes, rows, cols):
                          elem_bytes, device, **options)
     assert p["path"] == "block", p
     assert p["grid"] == min(rows, DEVICES[device]["sms"] * DEVICES[device]["block_blocks_per_sm"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+@pytest.mark.parametrize("rows,cols", [(1000, 202048), (1024, 16384), (2000, 32000),
+                                       (1024, 4096), (2048, 2048), (1024, 1 << 22)])
+def test_block_path_for_rows_that_fill_a_block_round(device, elem_bytes, rows, cols):
+  """Rows that could use 64-255 threads each (more rows than a wave of blocks holds, fewer
+  than a wave of 32-lane teams fills) take a block each where a row fills one round of the
+  block kernel's loads (256 threads x 8 x 16 bytes = 32 KB), teams of 32 lanes otherwise;
+  compute-bound policies (the sampler) keep the teams (NOTES.md try 63)."""
+  caps = DEVICES[device]
+  fair = caps["sms"] * caps["team_blocks_per_sm"] * 256 // rows
+  if not 64 <= fair < 256:
+    pytest.skip("not in the 64-255 threads-per-row band on this device")
+  for options in OPTIONS:
+    p = check_invariants(plan(rows, cols, elem_bytes, device, **options), rows, cols,
+                         elem_bytes, device, **options)
+    long_row = cols * elem_bytes >= 32 * 1024 and not options.get("compute_bound")
+    assert p["path"] == ("block" if long_row else "team"), (options, p)
+    if not long_row:
+      assert p["team"] == 32, p
 
 
 @pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
