@@ -34,22 +34,22 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 #   cost ~1 us more than XLA's two reduction kernels inside a CUDA graph).
 # - Long rows (>= 16384 columns) from 128 rows and 6 MiB (float32 128x32000 -1.6 / +0.6,
 #   512x32000 -4.1 / +2.7, 192x50257 +0.2 / +0.6; bfloat16 256x32000 -4.1 / +1.1, 128x32000
-#   -0.2 / +0.7, 1024x16384 -1.7 / +1.8; 64x32000 +1.1 / +0.3 and bfloat16 128x16384, 4 MiB,
-#   +1.1 / -0.0 stay on the XLA path; 6 MiB lies between the two). In wider formats below
-#   2048 rows, where a row of >= 32 KB gets a block of its own (try 63: float32 1024x16384
-#   -2.0 / +0.4, 1024x32000 -5.6 / +5.4; on 32-lane teams they were +4.4 and +4.9); from 2048
-#   rows the many-row rule below.
+#   -0.2 / +0.7, 1024x16384 -1.7 / +1.8). The XLA path for fewer rows (64x32000 float32 +1.1 /
+#   +0.3, bfloat16 +0.7 / +0.0) and smaller inputs (bfloat16 128x16384, 4 MiB, +1.1 / -0.0; 6
+#   MiB lies between it and 128x32000). In wider formats below 2048 rows, where a row of >= 32
+#   KB gets a block of its own (try 63: float32 1024x16384 -2.0 / +0.4, 1024x32000 -5.6 / +5.4;
+#   on 32-lane teams they were +4.4 and +4.9); from 2048 rows the many-row rule below.
 # - One row: the XLA path (split by hand into rows of 128 columns, _xla.py: up to 1.6 us per
 #   step less than the kernels, 1x262144 bfloat16 a tie) up to 2^20 - 1 columns (262145 on:
 #   not measured in-chain, follows the longest measured); from 2^20 the kernels.
 # - Many rows (>= 2048) of >= 2048 columns or >= 16 MiB in all: the kernels (bfloat16
 #   2048x2048 -0.2 / +0.2, 16384x512 -0.6 / +1.1, 65536x1024 -22 / +6; float32 4096x1024
 #   -0.4 / +0.3, 4096x4096 -4.8 / +0.4, 65536x256 -2.0 / +0.6), up to 128 MiB in wider formats
-#   (float32 65536x1024, 256 MiB: +2.9 / -0.3; 16384x4096 -1.1 / -0.6 is given up for a simple
-#   rule). Smaller ones the XLA path (bfloat16 4096x512 +1.5 / +0.2, 8192x512 +1.0 / +0.4,
-#   4096x1024 +0.2 / +0.2; float32 4096x512 +1.1 / +0.3, 16384x128 +0.5 / +0.1), as fewer rows
-#   of medium width (1024x4096 +0.8 / +0.2 in both formats: 32 lanes per row fill a quarter of
-#   the GPU).
+#   (float32 65536x1024, 256 MiB: +2.9 / -0.3; 16384x4096, -1.4 / +0.2 and -1.1 / -0.6 in two
+#   runs, is given up for a simple rule). Smaller ones the XLA path (bfloat16 4096x512 +1.5 /
+#   +0.2, 8192x512 +1.0 / +0.4, 4096x1024 +0.2 / +0.2; float32 4096x512 +1.1 / +0.3, 16384x128
+#   +0.5 / +0.1), as fewer rows of medium width (1024x4096 float32 +0.8 / +0.2, bfloat16 +0.7 /
+#   +0.3: 32 lanes per row fill a quarter of the GPU).
 # - Narrow rows (<= 64 columns) of >= 2^20 elements: the team kernels, 1.6-2.5x faster than
 #   XLA's narrow-row reduction (65536x64 float32 -3.4 / +0.1).
 # float64 follows float32, by rows and bytes (not measured).

@@ -345,7 +345,8 @@ def test_cuda_routing_of_the_measured_shapes():
   assert not wins((64, 202048), f32) and not wins((64, 32000), f32)
   assert not wins((8, 202048), f32) and not wins((65536, 1024), f32)
   assert wins((4096, 4096), f32) and wins((4096, 1024), f32) and wins((65536, 256), f32)
-  assert wins((2048, 2048), f32) and not wins((16384, 4096), f32)  # 16-128 MiB only
+  assert wins((2048, 2048), f32)  # 2048 columns, 16 MiB
+  assert not wins((16384, 4096), f32)  # 256 MiB: past the wider formats' 128 MiB
   assert not wins((4096, 512), f32) and not wins((1024, 4096), f32)
   assert not wins((16384, 128), f32) and wins((1024, 16384), f32) and wins((1024, 32000), f32)
   assert wins((192, 50257), f32) and wins((192, 50257), bf16)
