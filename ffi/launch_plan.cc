@@ -65,9 +65,8 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
   const int64_t fair = std::max<int64_t>(1, team_capacity * kBlockThreads / rows);
   const int64_t threads_per_row = std::min(useful, fair);
 
-  const bool fills_block_round =
-      !compute_bound &&
-      cols * elem_bytes >= static_cast<int64_t>(kBlockThreads) * kBlockInFlight * 16;
+  const bool fills_block_round =  // one round of the block kernel's loads
+      !compute_bound && cols >= int64_t{kBlockThreads} * kBlockInFlight * load_elements;
   if (threads_per_row < (fills_block_round ? kLongRowBlockMinThreads : kBlockPathMinThreads)) {
     int team = 1;
     while (team * 2 <= std::min<int64_t>(threads_per_row, kWarpSize)) team *= 2;

@@ -54,7 +54,7 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 #   XLA's narrow-row reduction (65536x64 float32 -3.4 / +0.1).
 # float64 follows float32, by rows and bytes (not measured).
 CUDA_WIDE_COLS = 1 << 16
-CUDA_F32_MANY_ROWS = 128
+CUDA_F32_WIDE_ROWS = 128
 CUDA_LONG_ROWS = (128, 1 << 14)  # rows, columns
 CUDA_LONG_ROWS_BYTES = 6 << 20
 CUDA_F32_LONG_ROWS_MAX_ROWS = 2048
@@ -103,7 +103,7 @@ def handler_wins(op: str, platform: str, shape, dtype) -> bool:
     itemsize = np.dtype(dtype).itemsize
     nbytes = rows * cols * itemsize
     one_wide_row = rows == 1 and cols >= CUDA_ONE_ROW_COLS
-    wide_rows = rows >= (2 if itemsize <= 2 else CUDA_F32_MANY_ROWS) and cols >= CUDA_WIDE_COLS
+    wide_rows = rows >= (2 if itemsize <= 2 else CUDA_F32_WIDE_ROWS) and cols >= CUDA_WIDE_COLS
     long_rows = (rows >= CUDA_LONG_ROWS[0] and cols >= CUDA_LONG_ROWS[1] and
                  nbytes >= CUDA_LONG_ROWS_BYTES and
                  (itemsize <= 2 or rows < CUDA_F32_LONG_ROWS_MAX_ROWS))
