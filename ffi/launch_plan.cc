@@ -11,10 +11,11 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// PlanOptions packed in one word: bit 0 pdl, bits 1-2 the merge mode, bits 3-8 the team.
+// PlanOptions packed in one word: bit 0 pdl, bits 1-2 the merge mode, bits 3-4 the forced
+// path, bits 5-12 the team.
 unsigned Pack(const PlanOptions& options) {
   return (options.pdl ? 1u : 0u) | (static_cast<unsigned>(options.merge) << 1) |
-         (static_cast<unsigned>(options.team) << 3);
+         (static_cast<unsigned>(options.path) << 3) | (static_cast<unsigned>(options.team) << 5);
 }
 std::atomic<unsigned> g_options{Pack(PlanOptions())};
 
@@ -25,7 +26,8 @@ PlanOptions CurrentPlanOptions() {
   PlanOptions options;
   options.pdl = (bits & 1u) != 0;
   options.merge = static_cast<MergeMode>((bits >> 1) & 3u);
-  options.team = static_cast<int>(bits >> 3);
+  options.path = static_cast<ForcedPath>((bits >> 3) & 3u);
+  options.team = static_cast<int>(bits >> 5);
   return options;
 }
 
@@ -38,6 +40,16 @@ const char* MergeModeName(MergeMode mode) {
     case MergeMode::kAuto: return "auto";
     case MergeMode::kKernel: return "kernel";
     case MergeMode::kLastBlock: return "last_block";
+  }
+  return "?";
+}
+
+const char* ForcedPathName(ForcedPath path) {
+  switch (path) {
+    case ForcedPath::kAuto: return "auto";
+    case ForcedPath::kTeam: return "team";
+    case ForcedPath::kBlock: return "block";
+    case ForcedPath::kSplit: return "split";
   }
   return "?";
 }
@@ -65,12 +77,25 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
   const int64_t fair = std::max<int64_t>(1, team_capacity * kBlockThreads / rows);
   const int64_t threads_per_row = std::min(useful, fair);
 
-  const bool fills_block_round =  // one round of the block kernel's loads
-      !compute_bound && cols >= int64_t{kBlockThreads} * kBlockInFlight * load_elements;
-  if (threads_per_row < (fills_block_round ? kLongRowBlockMinThreads : kBlockPathMinThreads)) {
+  const int64_t block_round = int64_t{kBlockThreads} * kBlockInFlight * load_elements;
+  const bool fills_block_round = !compute_bound && cols >= block_round;  // one round's loads
+  const bool team_path =
+      options.path == ForcedPath::kAuto
+          ? threads_per_row < (fills_block_round ? kLongRowBlockMinThreads : kBlockPathMinThreads)
+          : options.path == ForcedPath::kTeam;
+  if (team_path) {
     int team = 1;
     while (team * 2 <= std::min<int64_t>(threads_per_row, kWarpSize)) team *= 2;
-    if (options.team > 0) team = std::min(options.team, kWarpSize);  // forced (benchmarks)
+    const int64_t row_bytes = cols * elem_bytes;
+    if (!compute_bound && threads_per_row >= kWideTeamMinThreads &&
+        row_bytes >= kWideTeamMinRowBytes &&
+        (row_bytes >= 2 * kWideTeamMinRowBytes ||
+         threads_per_row >= kWideTeamShortRowMinThreads)) {
+      team = 2 * kWarpSize;
+    }
+    if (options.team > 0) {  // forced (benchmarks); wider than a warp for order keys only
+      team = std::min(options.team, compute_bound ? kWarpSize : kMaxTeam);
+    }
     plan.path = Path::kTeam;
     plan.team = team;
     // One wave of resident blocks at most; warps loop over the remaining rows.
@@ -81,8 +106,12 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
 
   // Few wide rows (up to one per SM): several blocks per row (the split path; it beat thread
   // block clusters in-chain, NOTES.md try 16). With more rows one block per row already fills
-  // the device, and its deeper unroll measured faster (256x202048, NOTES.md).
-  if (rows <= sms) {
+  // the device, and its deeper unroll measured faster (256x202048, NOTES.md); so does it from
+  // half the SMs' count of rows of up to kBlockPerRowMaxRounds rounds (order keys; try 65).
+  const bool block_per_row =
+      !compute_bound && 2 * rows >= sms && cols <= kBlockPerRowMaxRounds * block_round;
+  if (options.path == ForcedPath::kSplit ||
+      (options.path == ForcedPath::kAuto && rows <= sms && !block_per_row)) {
     // Split path: enough blocks that one load round covers the row, no more than one wave of
     // the split kernel holds, and within the workspace.
     const int64_t per_block_round =

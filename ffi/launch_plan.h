@@ -4,8 +4,12 @@
 //
 // Paths, for a row-major [rows, cols] input:
 //   kTeam:    `team` consecutive lanes of a warp (1..32) own one row and merge with shuffles;
-//             warps loop over rows. Narrow and medium rows, many rows.
-//   kBlock:   one block of kBlockThreads per row; blocks loop over rows. Many wide rows.
+//             warps loop over rows. Narrow and medium rows, many rows. Teams of 64 lanes (2
+//             warps of a block, merged through shared memory) for order-key policies (not the
+//             compute-bound sampler): medium rows too few to fill the device with 32-lane
+//             teams.
+//   kBlock:   one block of kBlockThreads per row; blocks loop over rows. Many wide rows, and
+//             (order-key policies) from half the SMs' count of rows of up to 256 KB.
 //   kSplit:   few wide rows: `parts` blocks per row, one load round each over the whole GPU,
 //             each block's best pair stored in the workspace, then merged, one warp per row,
 //             by a second kernel or by the scan's last block (`last_block_merges`: a
@@ -27,6 +31,8 @@
 namespace jax_argreduce {
 
 inline constexpr int kWarpSize = 32;
+// The widest team (lanes per row of the team path: two warps).
+inline constexpr int kMaxTeam = 64;
 // Threads per block of the team, block, split-scan and merge kernels.
 inline constexpr int kBlockThreads = 256;
 // 16-byte loads in flight per thread in one pass of the scan: team and split kernels
@@ -46,6 +52,21 @@ inline constexpr int kBlockPathMinThreads = 256;
 // 1024x32000 45.0 -> 33.4 us per step, bfloat16 1024x16384 10.3 -> 7.9; rows of 16 KB or less
 // measured slower on blocks, 2048x2048 float32 4.2 -> 7.7).
 inline constexpr int kLongRowBlockMinThreads = 64;
+// Teams of two warps (order-key policies) on the team path where a row could use at least
+// kWideTeamMinThreads threads (32-lane teams fill at most half the device) and is at least
+// kWideTeamMinRowBytes; rows shorter than twice that only where 32-lane teams would fill at
+// most a third of the device (kWideTeamShortRowMinThreads). In-chain, NOTES.md try 64:
+// float32 1024x4096 +0.74 -> +0.01 us per step against jnp.argmax, 2048x4096 +0.42 -> -0.19,
+// bfloat16 768x8192 +0.90 -> -0.11; 4 KB rows and 8 KB rows of 2048 rows were slower.
+inline constexpr int kWideTeamMinThreads = 64;
+inline constexpr int kWideTeamShortRowMinThreads = 96;
+inline constexpr int64_t kWideTeamMinRowBytes = 8 << 10;
+// Rows of at least half the SMs' count (and at most one per SM) of at most this many rounds
+// of the block kernel's loads (8 x 32 KB) take a block each instead of the split path (order-
+// key policies): no partials and no merge kernel, which cost more than the idle SMs
+// (NOTES.md try 65: in-chain float32 128x16384 +2.58 -> +1.51 us per step, bfloat16
+// 100x32000 +0.40 -> -0.93; 64x128256 was 2-6 us slower on blocks, 64 of 132 SMs busy).
+inline constexpr int kBlockPerRowMaxRounds = 8;
 
 // Partials the split path may store: bounds the workspace.
 inline constexpr int64_t kMaxSplitPartials = 16384;
@@ -76,10 +97,16 @@ struct DeviceCaps {
 enum class MergeMode : int { kAuto = 0, kKernel = 1, kLastBlock = 2 };
 const char* MergeModeName(MergeMode mode);
 
+// Which path every shape takes (benchmarks): the planner's, or one forced (kSplit where a row
+// gets at least two parts within the workspace and one wave, else kBlock).
+enum class ForcedPath : int { kAuto = 0, kTeam = 1, kBlock = 2, kSplit = 3 };
+const char* ForcedPathName(ForcedPath path);
+
 struct PlanOptions {
   bool pdl = true;                   // programmatic dependent launch on sm_90+
   MergeMode merge = MergeMode::kAuto;
-  int team = 0;                      // kTeam: this many lanes per row (0: the planner's)
+  int team = 0;  // kTeam: this many lanes per row (0: the planner's; > 32: order-key policies)
+  ForcedPath path = ForcedPath::kAuto;
 };
 
 // Process-wide options every launch uses: the defaults above unless the module's debug entry

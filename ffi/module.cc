@@ -48,20 +48,29 @@ MergeMode MergeModeFromName(const std::string& name) {
                               "'");
 }
 
+ForcedPath ForcedPathFromName(const std::string& name) {
+  for (ForcedPath path :
+       {ForcedPath::kAuto, ForcedPath::kTeam, ForcedPath::kBlock, ForcedPath::kSplit}) {
+    if (name == ForcedPathName(path)) return path;
+  }
+  throw std::invalid_argument("path must be 'auto', 'team', 'block' or 'split', got '" + name +
+                              "'");
+}
+
 // Options in force, with those given (not None) replaced.
-PlanOptions OptionsFrom(nb::object pdl, nb::object merge, nb::object team) {
+PlanOptions OptionsFrom(nb::object pdl, nb::object merge, nb::object team, nb::object path) {
   PlanOptions options = CurrentPlanOptions();
   if (!pdl.is_none()) options.pdl = nb::cast<bool>(pdl);
   if (!merge.is_none()) options.merge = MergeModeFromName(nb::cast<std::string>(merge));
   if (!team.is_none()) {
     const int64_t lanes = nb::cast<int64_t>(team);
-    if (lanes != 0 && (lanes < 0 || lanes > kWarpSize || (lanes & (lanes - 1)) != 0)) {
-      throw std::invalid_argument(
-          "team must be 0 (the planner's choice) or a power of two up to 32, got " +
-          std::to_string(lanes));
+    if (lanes != 0 && (lanes < 0 || lanes > kMaxTeam || (lanes & (lanes - 1)) != 0)) {
+      throw std::invalid_argument("team must be 0 (the planner's choice) or a power of two up to " +
+                                  std::to_string(kMaxTeam) + ", got " + std::to_string(lanes));
     }
     options.team = static_cast<int>(lanes);
   }
+  if (!path.is_none()) options.path = ForcedPathFromName(nb::cast<std::string>(path));
   return options;
 }
 
@@ -70,6 +79,7 @@ nb::dict OptionsToDict(const PlanOptions& options) {
   d["pdl"] = options.pdl;
   d["merge"] = MergeModeName(options.merge);
   d["team"] = options.team;
+  d["path"] = ForcedPathName(options.path);
   return d;
 }
 
@@ -135,7 +145,7 @@ NB_MODULE(_argreduce, m) {
                        int cc_major, int team_blocks_per_sm, int block_blocks_per_sm,
                        int split_blocks_per_sm, nb::object pdl, nb::object merge,
                        bool compute_bound, bool graph_captured, int vector_bytes,
-                       nb::object team) {
+                       nb::object team, nb::object path) {
     if (vector_bytes != 16 && vector_bytes != 32) throw std::invalid_argument("vector_bytes");
     if (rows < 1 || cols < 1 || cols > INT32_MAX) throw std::invalid_argument("bad shape");
     DeviceCaps caps;
@@ -145,19 +155,20 @@ NB_MODULE(_argreduce, m) {
     caps.block_blocks_per_sm = block_blocks_per_sm;
     caps.split_blocks_per_sm = split_blocks_per_sm;
     return PlanToDict(PlanRowReduce(caps, rows, cols, elem_bytes, key_bytes,
-                                    OptionsFrom(pdl, merge, team), compute_bound,
+                                    OptionsFrom(pdl, merge, team, path), compute_bound,
                                     graph_captured, vector_bytes));
   }, nb::arg("rows"), nb::arg("cols"), nb::arg("elem_bytes"), nb::arg("key_bytes"),
      nb::arg("sms"), nb::arg("cc_major"), nb::arg("team_blocks_per_sm"),
      nb::arg("block_blocks_per_sm"), nb::arg("split_blocks_per_sm"),
      nb::arg("pdl") = nb::none(), nb::arg("merge") = nb::none(),
      nb::arg("compute_bound") = false, nb::arg("graph_captured") = false,
-     nb::arg("vector_bytes") = 16, nb::arg("team") = nb::none(),
+     nb::arg("vector_bytes") = 16, nb::arg("team") = nb::none(), nb::arg("path") = nb::none(),
      "The pure planner on made-up device capabilities.");
-  debug.def("set_plan_options", [](nb::object pdl, nb::object merge, nb::object team) {
-    SetPlanOptions(OptionsFrom(pdl, merge, team));
+  debug.def("set_plan_options", [](nb::object pdl, nb::object merge, nb::object team,
+                                   nb::object path) {
+    SetPlanOptions(OptionsFrom(pdl, merge, team, path));
   }, nb::arg("pdl") = nb::none(), nb::arg("merge") = nb::none(),
-     nb::arg("team") = nb::none(),
+     nb::arg("team") = nb::none(), nb::arg("path") = nb::none(),
      "Process-wide plan options, taking effect at the next CUDA handler call.");
   debug.def("plan_options", []() { return OptionsToDict(CurrentPlanOptions()); });
 #ifdef JAX_ARGREDUCE_WITH_CUDA

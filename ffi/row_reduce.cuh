@@ -433,23 +433,55 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
     TeamKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, Policy policy,
                Epilogue epilogue) {
   using Pair = ArgPair<typename Policy::Key>;
-  constexpr int kTeamsPerWarp = kWarpSize / kTeam;
   GridDependencyWait();
   const int lane = threadIdx.x % kWarpSize;
-  const int team_lane = lane % kTeam;
-  const int64_t warp =
-      (static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x) / kWarpSize;
-  const int64_t rows_per_pass =
-      static_cast<int64_t>(gridDim.x) * (kBlockThreads / kWarpSize) * kTeamsPerWarp;
-  // The loop bound is uniform across the warp, so every lane reaches the shuffles.
-  for (int64_t first = warp * kTeamsPerWarp; first < rows; first += rows_per_pass) {
-    const int64_t row = first + lane / kTeam;
-    Pair p = Pair::Identity();
-    if (row < rows) {
-      p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam, policy.ForRow(row));
+  if constexpr (kTeam <= kWarpSize) {
+    constexpr int kTeamsPerWarp = kWarpSize / kTeam;
+    const int team_lane = lane % kTeam;
+    const int64_t warp =
+        (static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x) / kWarpSize;
+    const int64_t rows_per_pass =
+        static_cast<int64_t>(gridDim.x) * (kBlockThreads / kWarpSize) * kTeamsPerWarp;
+    // The loop bound is uniform across the warp, so every lane reaches the shuffles.
+    for (int64_t first = warp * kTeamsPerWarp; first < rows; first += rows_per_pass) {
+      const int64_t row = first + lane / kTeam;
+      Pair p = Pair::Identity();
+      if (row < rows) {
+        p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam,
+                                       policy.ForRow(row));
+      }
+      p = WarpReduce<kTeam>(p);
+      if (team_lane == 0 && row < rows) epilogue(row, p, x + row * cols);
     }
-    p = WarpReduce<kTeam>(p);
-    if (team_lane == 0 && row < rows) epilogue(row, p, x + row * cols);
+  } else {
+    // A team of kTeam / 32 consecutive warps per row (kMaxTeam: two): each warp merges with
+    // shuffles, the team's first warp merges the warps' pairs from shared memory.
+    static_assert(kTeam % kWarpSize == 0 && kBlockThreads % kTeam == 0);
+    constexpr int kTeamsPerBlock = kBlockThreads / kTeam;
+    constexpr int kWarpsPerTeam = kTeam / kWarpSize;
+    __shared__ Pair warp_best[kBlockThreads / kWarpSize];
+    const int warp = threadIdx.x / kWarpSize;
+    const int team_lane = threadIdx.x % kTeam;
+    const int64_t rows_per_pass = static_cast<int64_t>(gridDim.x) * kTeamsPerBlock;
+    // The loop bound is uniform across the block, so every thread reaches the barriers.
+    for (int64_t first = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock; first < rows;
+         first += rows_per_pass) {
+      const int64_t row = first + threadIdx.x / kTeam;
+      Pair p = Pair::Identity();
+      if (row < rows) {
+        p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam,
+                                       policy.ForRow(row));
+      }
+      p = WarpReduce<kWarpSize>(p);
+      if (lane == 0) warp_best[warp] = p;
+      __syncthreads();
+      if (team_lane < kWarpSize) {  // the team's first warp
+        p = lane < kWarpsPerTeam ? warp_best[warp + lane] : Pair::Identity();
+        p = WarpReduce<kWarpsPerTeam>(p);
+        if (lane == 0 && row < rows) epilogue(row, p, x + row * cols);
+      }
+      __syncthreads();  // warp_best is read before the next pass writes it
+    }
   }
 }
 
@@ -684,6 +716,16 @@ cudaError_t LaunchPlanned(const LaunchPlan& plan, cudaStream_t stream,
         JAX_ARGREDUCE_TEAM_CASE(16)
         JAX_ARGREDUCE_TEAM_CASE(32)
 #undef JAX_ARGREDUCE_TEAM_CASE
+        // Two-warp teams: order-key policies only (the planner gives compute-bound ones at most
+        // a warp).
+        case 64:
+          if constexpr (Policy::kMinBlocksPerSm == 1) {
+            err = LaunchEx(TeamKernel<Policy, Epilogue, 64>, plan.grid, plan.block, stream,
+                           plan.pdl, x, rows, cols, policy, epilogue);
+            break;
+          } else {
+            return cudaErrorInvalidConfiguration;
+          }
         default:
           return cudaErrorInvalidConfiguration;
       }

@@ -25,42 +25,50 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 
 # CUDA: routed by device time per step inside a decode-like chain (SPEC §3b), where the GPU
 # runs ahead of the host: what users feel. Measured on an H200, our kernels against the exact
-# XLA path (benchmarks/NOTES.md tries 15, 22, 37, 40, 41, 62 and 63; µs per step against
+# XLA path (benchmarks/NOTES.md tries 15, 22, 37, 40, 41, 62-65; µs per step against
 # jnp.argmax, kernels / XLA path):
 # - Several wide rows (>= 65536 columns): the kernels in 16-bit formats from 2 rows (8-256 x
-#   202048, 64 x 128256); float32 from 128 rows (the kernels scan each row from its end, where
-#   the LM head's matmul wrote last and L2 still holds it, with evict-first loads: 256x202048
-#   -3.6 / +0.3, 64x202048 +1.6 / +0.5: fewer rows take the split path, whose scan + merge
-#   cost ~1 us more than XLA's two reduction kernels inside a CUDA graph).
-# - Long rows (>= 16384 columns) from 128 rows and 6 MiB (float32 128x32000 -1.6 / +0.6,
-#   512x32000 -4.1 / +2.7, 192x50257 +0.2 / +0.6; bfloat16 256x32000 -4.1 / +1.1, 128x32000
-#   -0.2 / +0.7, 1024x16384 -1.7 / +1.8). The XLA path for fewer rows (64x32000 float32 +1.1 /
-#   +0.3, bfloat16 +0.7 / +0.0) and smaller inputs (bfloat16 128x16384, 4 MiB, +1.1 / -0.0; 6
-#   MiB lies between it and 128x32000). In wider formats below 2048 rows, where a row of >= 32
-#   KB gets a block of its own (try 63: float32 1024x16384 -2.0 / +0.4, 1024x32000 -5.6 / +5.4;
-#   on 32-lane teams they were +4.4 and +4.9); from 2048 rows the many-row rule below.
+#   202048, 64 x 128256, 100 x 65536 -2.8 / +0.1); float32 from 128 rows (the kernels scan each
+#   row from its end, where the LM head's matmul wrote last and L2 still holds it, with
+#   evict-first loads: 256x202048 -3.6 / +0.3, 64x202048 +1.6 / +0.5, 100x65536 +1.6 / +0.2:
+#   fewer rows take the split path or a block per row, which cost ~1 us more than XLA's two
+#   reduction kernels inside a CUDA graph; 128x65536 -0.4 and +1.0 / +0.2 in two runs).
+# - Long rows (>= 16384 columns): float32 from 128 rows and 6 MiB (128x32000 -2.4 / +0.6,
+#   512x32000 -4.1 / +2.7, 192x50257 +0.2 / +0.6; fewer rows the XLA path: 64x32000 +1.1 /
+#   +0.3, 66x32000 +1.2 / +0.1, 80x50257 +1.8 / +0.3), below 2048 rows, where a row of >= 32 KB
+#   gets a block of its own (try 63: 1024x16384 -2.0 / +0.4, 1024x32000 -5.6 / +5.4); from 2048
+#   rows the many-row rule below. 16-bit formats from 80 rows, where a row gets a block of its
+#   own instead of the split path (try 65: bfloat16 80x50257 -0.4 / +0.4, 96x16384 +0.2 /
+#   +1.9, 100x32000 -0.9 / +0.4, 128x16384 -0.0 / +0.1, 256x32000 -4.1 / +1.1, 1024x16384 -1.7
+#   / +1.8; 64x32000, on the split path, +0.7 / +0.0; 66x32000 a tie).
 # - One row: the XLA path (split by hand into rows of 128 columns, _xla.py: up to 1.6 us per
 #   step less than the kernels, 1x262144 bfloat16 a tie) up to 2^20 - 1 columns (262145 on:
 #   not measured in-chain, follows the longest measured); from 2^20 the kernels.
-# - Many rows (>= 2048) of >= 2048 columns or >= 16 MiB in all: the kernels (bfloat16
+# - Many rows (>= 1536) of >= 2048 columns or >= 16 MiB in all: the kernels (bfloat16
 #   2048x2048 -0.2 / +0.2, 16384x512 -0.6 / +1.1, 65536x1024 -22 / +6; float32 4096x1024
-#   -0.4 / +0.3, 4096x4096 -4.8 / +0.4, 65536x256 -2.0 / +0.6), up to 128 MiB in wider formats
-#   (float32 65536x1024, 256 MiB: +2.9 / -0.3; 16384x4096, -1.4 / +0.2 and -1.1 / -0.6 in two
-#   runs, is given up for a simple rule). Smaller ones the XLA path (bfloat16 4096x512 +1.5 /
-#   +0.2, 8192x512 +1.0 / +0.4, 4096x1024 +0.2 / +0.2; float32 4096x512 +1.1 / +0.3, 16384x128
-#   +0.5 / +0.1), as fewer rows of medium width (1024x4096 float32 +0.8 / +0.2, bfloat16 +0.7 /
-#   +0.3: 32 lanes per row fill a quarter of the GPU).
+#   -0.4 / +0.3, 4096x4096 -4.8 / +0.4, 65536x256 -2.0 / +0.6), from 1536 rows where rows of 8-32
+#   KB get two-warp teams (try 64: float32 1536x2048 -0.3 / +0.0, 1536x4096 +0.4 / +0.9,
+#   1536x8192 -0.6 / +0.5; bfloat16 1536x4096 -0.3 / +0.6, 1536x8192 -3.3 / +1.6; 1536x2048 a
+#   tie), up to 128 MiB in wider formats (float32 65536x1024, 256 MiB: +2.9 / -0.3; 16384x4096,
+#   -1.4 / +0.2 and -1.1 / -0.6 in two runs, is given up for a simple rule). Smaller ones the
+#   XLA path (bfloat16 4096x512 +1.5 / +0.2, 8192x512 +1.0 / +0.4, 4096x1024 +0.2 / +0.2;
+#   float32 4096x512 +1.1 / +0.3, 16384x128 +0.5 / +0.1), as fewer rows of medium width
+#   (float32 1024x2048 +0.6 / +0.2, 1024x4096 +0.0 / +0.2, 1024x8192 +0.7 / +0.5; bfloat16
+#   1024x4096 +0.3 / +0.3, 768x4096 +0.6 / +0.3) but rows of 16 KB in 16-bit formats from 768
+#   rows (bfloat16 768x8192 -0.1 / +0.7, 1024x8192 -1.1 / +1.0: two-warp teams).
 # - Narrow rows (<= 64 columns) of >= 2^20 elements: the team kernels, 1.6-2.5x faster than
 #   XLA's narrow-row reduction (65536x64 float32 -3.4 / +0.1).
 # float64 follows float32, by rows and bytes (not measured).
 CUDA_WIDE_COLS = 1 << 16
 CUDA_F32_WIDE_ROWS = 128
 CUDA_LONG_ROWS = (128, 1 << 14)  # rows, columns
-CUDA_LONG_ROWS_BYTES = 6 << 20
+CUDA_LONG_ROWS_BYTES = 6 << 20  # float32 and wider
+CUDA_16BIT_LONG_ROWS = 80
 CUDA_F32_LONG_ROWS_MAX_ROWS = 2048
 CUDA_ONE_ROW_COLS = 1 << 20
-CUDA_MANY_ROWS = 2048
+CUDA_MANY_ROWS = 1536
 CUDA_MANY_ROWS_COLS = 2048
+CUDA_16BIT_MEDIUM_ROWS = (768, 1 << 13)  # rows, columns
 CUDA_MANY_ROWS_BYTES = 16 << 20
 CUDA_F32_MANY_ROWS_MAX_BYTES = 128 << 20
 CUDA_NARROW_COLS = 64
@@ -104,14 +112,18 @@ def handler_wins(op: str, platform: str, shape, dtype) -> bool:
     nbytes = rows * cols * itemsize
     one_wide_row = rows == 1 and cols >= CUDA_ONE_ROW_COLS
     wide_rows = rows >= (2 if itemsize <= 2 else CUDA_F32_WIDE_ROWS) and cols >= CUDA_WIDE_COLS
-    long_rows = (rows >= CUDA_LONG_ROWS[0] and cols >= CUDA_LONG_ROWS[1] and
-                 nbytes >= CUDA_LONG_ROWS_BYTES and
-                 (itemsize <= 2 or rows < CUDA_F32_LONG_ROWS_MAX_ROWS))
+    if itemsize <= 2:
+      long_rows = rows >= CUDA_16BIT_LONG_ROWS and cols >= CUDA_LONG_ROWS[1]
+    else:
+      long_rows = (rows >= CUDA_LONG_ROWS[0] and cols >= CUDA_LONG_ROWS[1] and
+                   nbytes >= CUDA_LONG_ROWS_BYTES and rows < CUDA_F32_LONG_ROWS_MAX_ROWS)
+    medium_rows = (itemsize <= 2 and rows >= CUDA_16BIT_MEDIUM_ROWS[0] and
+                   cols >= CUDA_16BIT_MEDIUM_ROWS[1])
     many_rows = (rows >= CUDA_MANY_ROWS and
                  (cols >= CUDA_MANY_ROWS_COLS or nbytes >= CUDA_MANY_ROWS_BYTES) and
                  (itemsize <= 2 or nbytes <= CUDA_F32_MANY_ROWS_MAX_BYTES))
     narrow = cols <= CUDA_NARROW_COLS and rows * cols >= CUDA_NARROW_ELEMENTS
-    return one_wide_row or wide_rows or long_rows or many_rows or narrow
+    return one_wide_row or wide_rows or long_rows or medium_rows or many_rows or narrow
   return False
 
 

@@ -54,9 +54,10 @@ OPTION_SETS = {
     "merge_kernel": dict(pdl=True, merge="kernel"),
     "last_block": dict(pdl=True, merge="last_block"),  # also inside CUDA graphs, any rows
 }
-# The team path at every width (shapes that take it get exactly this many lanes per row).
+# The team path at every width (shapes that take it get exactly this many lanes per row; 64:
+# a team of two warps, for the order-key ops).
 TEAM_OPTION_SETS = {f"team{n}": dict(OPTION_SETS["default"], team=n)
-                    for n in (1, 2, 4, 8, 16, 32)}
+                    for n in (1, 2, 4, 8, 16, 32, 64)}
 _ALL_OPTION_SETS = {**OPTION_SETS, **TEAM_OPTION_SETS}
 
 

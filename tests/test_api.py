@@ -331,13 +331,13 @@ def test_cpu_routing_of_narrow_rows():
 
 
 def test_cuda_routing_of_the_measured_shapes():
-  """The in-chain crossovers of benchmarks/NOTES.md (tries 23, 37, 40, 41, 62, 63) as _dispatch
+  """The in-chain crossovers of benchmarks/NOTES.md (tries 23, 37, 40, 41, 62-65) as _dispatch
   encodes them: float32 takes the kernels from 128 rows of >= 65536 columns and 128-2047 rows
   of >= 16384 (rows read from their end with evict-first loads, the LM head's output still in
-  L2) and from 2048 rows of 16-128 MiB, the exact XLA path for fewer rows, smaller and larger
-  inputs; bfloat16 several wide rows, long rows from 128 (and 6 MiB) and many rows from 16 MiB
-  (or 2048 columns) take the kernels, one row of up to 2^20 columns and smaller inputs the XLA
-  path."""
+  L2) and from 1536 rows of >= 2048 columns up to 128 MiB, the exact XLA path for fewer rows,
+  smaller and larger inputs; bfloat16 several wide rows, long rows from 80, rows of 16 KB from
+  768 and many rows from 16 MiB (or 2048 columns) take the kernels, one row of up to 2^20
+  columns and smaller inputs the XLA path."""
   f32, bf16 = np.dtype(np.float32), np.dtype(jnp.bfloat16)
   wins = lambda shape, dtype: _dispatch.handler_wins("argmax", "cuda", shape, dtype)
   assert wins((256, 202048), f32) and wins((512, 65536), f32) and wins((128, 202048), f32)
@@ -348,6 +348,10 @@ def test_cuda_routing_of_the_measured_shapes():
   assert wins((2048, 2048), f32)  # 2048 columns, 16 MiB
   assert not wins((16384, 4096), f32)  # 256 MiB: past the wider formats' 128 MiB
   assert not wins((4096, 512), f32) and not wins((1024, 4096), f32)
+  assert wins((1536, 2048), f32) and wins((1536, 8192), f32)  # two-warp teams from 1536 rows
+  assert not wins((1024, 2048), f32) and not wins((1024, 8192), f32)
+  assert not wins((1535, 4096), f32) and not wins((1536, 2047), f32)
+  assert not wins((100, 32000), f32) and not wins((80, 50257), f32) and not wins((96, 16384), f32)
   assert not wins((16384, 128), f32) and wins((1024, 16384), f32) and wins((1024, 32000), f32)
   assert wins((192, 50257), f32) and wins((192, 50257), bf16)
   assert wins((8, 202048), bf16) and wins((256, 202048), bf16) and wins((65536, 1024), bf16)
@@ -355,6 +359,11 @@ def test_cuda_routing_of_the_measured_shapes():
   assert wins((2048, 2048), bf16) and wins((16384, 512), bf16) and wins((16384, 4096), bf16)
   assert not wins((4096, 512), bf16) and not wins((8192, 512), bf16)
   assert not wins((1024, 4096), bf16) and not wins((4096, 1024), bf16)
-  assert wins((1024, 16384), bf16) and not wins((128, 16384), bf16)  # long rows from 6 MiB
+  assert wins((1024, 16384), bf16) and wins((128, 16384), bf16)  # long rows from 80 rows
+  assert wins((80, 50257), bf16) and wins((96, 16384), bf16) and wins((100, 32000), bf16)
+  assert not wins((79, 32000), bf16) and not wins((96, 8192), bf16) and not wins((128, 8192), bf16)
+  assert wins((768, 8192), bf16) and wins((1024, 8192), bf16)  # rows of 16 KB from 768
+  assert not wins((767, 8192), bf16) and not wins((768, 4096), bf16)
+  assert wins((1536, 4096), bf16) and not wins((1024, 2048), bf16)
   assert wins((65536, 64), bf16) and wins((65536, 64), f32)  # narrow rows: the team kernels
   assert not wins((1, 202048), bf16) and not wins((1, 202048), f32)

@@ -100,9 +100,12 @@ PATH_CASES = [
     ("team", "default", 300000, 40),     # teams of lanes, more rows than teams (row loop)
     ("team", "no_pdl", 4096, 8),
     ("team", "default", 4096, 4096),
+    ("team", "default", 1024, 3001),     # two-warp teams where the rows are 12 KB (float32)
     ("block", "default", 400, 20000),    # one block per row
     ("block", "no_pdl", 256, 202048),    # more rows than SMs
     ("block", "default", 1024, 16384),   # rows of >= 32 KB that 32-lane teams would underfill
+    ("block", "default", 100, 20001),    # half the SMs' count of rows or more, <= 256 KB each
+    ("block", "no_pdl", 128, 16384),
     ("split", "default", 1, 202048),     # several blocks per row, workspace + merge, PDL
     ("split", "no_pdl", 1, 202048),
     ("split", "default", 8, 202049),

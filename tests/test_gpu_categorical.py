@@ -195,7 +195,9 @@ def test_cpu_equals_gpu_every_team_width(dtype):
       keys = jax.random.split(jax.random.key(int(rng.integers(1 << 30))), rows)
       t = _temperatures("per_row", rows, dtype, rng)
       want = cpu_sample(keys, x, t)
-      for opt in TEAM_OPTION_SETS:
+      for opt, kw in TEAM_OPTION_SETS.items():
+        if kw["team"] > 32:  # the sampler's teams are at most a warp (test_launch_plan.py)
+          continue
         _mismatch(gpu_sample(keys, x, t, opt), want, f"{rows}x{cols} {dtype} options={opt}")
 
 

@@ -3,8 +3,8 @@ devices: an H200 (132 SMs, sm_90), an A100 (108 SMs, sm_80: no PDL) and a small 
 (66 SMs, other occupancies).
 
 Invariants, not tuned numbers: which path a shape takes (only team, block and split exist:
-team for narrow rows and for many rows; split for 1-64 wide rows; block for more rows than
-SMs), that every geometry covers its rows, stays within the workspace and the partial budget,
+team for narrow rows and for many rows; split for few wide rows; block for more rows than
+SMs, and for the order keys' rows of up to 8 block rounds from half the SMs' count), that every geometry covers its rows, stays within the workspace and the partial budget,
 uses PDL only where the device has it and the option asks for it, and merges the split path's
 partials in a second kernel inside CUDA graphs and in the last block for few rows launched from
 the host (MergeMode::kAuto), unless the options force one.
@@ -36,6 +36,8 @@ OPTIONS = [dict(pdl=p) for p in (None, False, True)] + [
     dict(pdl=False, merge="auto", graph_captured=False), dict(compute_bound=True),
     dict(compute_bound=True, graph_captured=True)]
 LAST_BLOCK_MAX_ROWS = 16  # launch_plan.h kLastBlockMergeMaxRows
+BLOCK_ROUND_BYTES = 256 * 8 * 16  # the block kernel's loads of one round (kBlockInFlight)
+BLOCK_PER_ROW_MAX_ROUNDS = 8  # launch_plan.h kBlockPerRowMaxRounds
 PATHS = ("team", "block", "split")
 INT32_MAX = 2 ** 31 - 1
 WIDE = (32000, 128256, 202048, 262144, 1 << 22, INT32_MAX)
@@ -88,7 +90,8 @@ def check_invariants(p, rows, cols, elem_bytes, device, pdl=None, merge=None,
     assert not p["last_block_merges"], where
   if p["path"] == "team":
     team = p["team"]
-    assert team in (1, 2, 4, 8, 16, 32), where
+    assert team in (1, 2, 4, 8, 16, 32, 64), where
+    assert team <= 32 or not compute_bound, where  # the sampler's teams: at most a warp
     assert p["grid"] <= caps["sms"] * caps["team_blocks_per_sm"], where  # one wave at most
     teams = p["grid"] * p["block"] // team
     if p["grid"] < caps["sms"] * caps["team_blocks_per_sm"]:
@@ -122,6 +125,12 @@ def test_team_path_for_narrow_or_many_rows(device, elem_bytes, rows, cols):
     assert p["path"] == "team", p
 
 
+def block_per_row(rows, cols, elem_bytes, device, compute_bound=False):
+  """Whether rows of at most one per SM take a block each (order keys, >= half the SMs)."""
+  return (not compute_bound and 2 * rows >= DEVICES[device]["sms"]
+          and cols * elem_bytes <= BLOCK_PER_ROW_MAX_ROUNDS * BLOCK_ROUND_BYTES)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
 @pytest.mark.parametrize("rows", [1, 2, 8, 32, 64])
@@ -129,9 +138,13 @@ def test_team_path_for_narrow_or_many_rows(device, elem_bytes, rows, cols):
 @pytest.mark.parametrize("pdl", [None, False, True])
 def test_split_path_for_few_wide_rows(device, elem_bytes, rows, cols, pdl):
   """1-64 rows x wide columns: several blocks per row through the workspace, PDL on sm_90
-  unless switched off."""
+  unless switched off; a block per row instead from half the SMs' count of rows of up to 8
+  block rounds (test_block_per_row_from_half_the_sms)."""
   p = check_invariants(plan(rows, cols, elem_bytes, device, pdl=pdl), rows, cols, elem_bytes,
                        device, pdl=pdl)
+  if block_per_row(rows, cols, elem_bytes, device):
+    assert p["path"] == "block", p
+    return
   assert p["path"] == "split", p
   assert p["parts"] >= 2 and p["grid"] == rows * p["parts"]
   assert p["workspace_bytes"] <= _ffi.CUDA_WORKSPACE_BYTES - 16
@@ -172,7 +185,82 @@ def test_block_path_for_rows_that_fill_a_block_round(device, elem_bytes, rows, c
     long_row = cols * elem_bytes >= 32 * 1024 and not options.get("compute_bound")
     assert p["path"] == ("block" if long_row else "team"), (options, p)
     if not long_row:
-      assert p["team"] == 32, p
+      assert p["team"] == two_warp_team(rows, cols, elem_bytes, device, options), (options, p)
+
+
+def two_warp_team(rows, cols, elem_bytes, device, options):
+  """The team path's lanes per row in the 64-255 threads-per-row band: two warps for the
+  order keys' rows of >= 16 KB, and of 8-16 KB where a row could use >= 96 threads (NOTES.md
+  try 64); a warp otherwise and for the sampler."""
+  caps = DEVICES[device]
+  threads = min(-(-cols // max(4, 16 // elem_bytes)),
+                caps["sms"] * caps["team_blocks_per_sm"] * 256 // rows)
+  row_bytes = cols * elem_bytes
+  wide = (not options.get("compute_bound") and threads >= 64 and row_bytes >= 8192
+          and (row_bytes >= 16384 or threads >= 96))
+  return 64 if wide else 32
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+@pytest.mark.parametrize("rows,cols", [(1024, 4096), (1536, 4096), (2048, 4096), (1024, 2048),
+                                       (2048, 2048), (768, 8192), (1536, 3001), (2000, 1031)])
+def test_two_warp_teams_for_medium_rows_that_underfill(device, elem_bytes, rows, cols):
+  """Team-path rows that could use >= 64 threads: 64 lanes each where the rule above says
+  (order keys), otherwise a warp; the sampler never gets more than a warp."""
+  for options in OPTIONS:
+    p = check_invariants(plan(rows, cols, elem_bytes, device, **options), rows, cols,
+                         elem_bytes, device, **options)
+    if p["path"] != "team":
+      continue
+    caps = DEVICES[device]
+    threads = min(-(-cols // max(4, 16 // elem_bytes)),
+                  caps["sms"] * caps["team_blocks_per_sm"] * 256 // rows)
+    want = two_warp_team(rows, cols, elem_bytes, device, options) if threads >= 32 else None
+    if want is not None:
+      assert p["team"] == want, (options, p)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+@pytest.mark.parametrize("cols", [4097, 16384, 32000, 65536, 128256, 202048, 1 << 22])
+def test_block_per_row_from_half_the_sms(device, elem_bytes, cols):
+  """From half the SMs' count up to one row per SM: a block per row where a row is at most
+  8 rounds of the block kernel's loads (256 KB; order keys, NOTES.md try 65), the split path
+  for longer rows, fewer rows and the sampler."""
+  sms = DEVICES[device]["sms"]
+  for rows in sorted({1, sms // 2 - 1, (sms + 1) // 2, sms * 3 // 4, sms}):
+    for options in OPTIONS:
+      p = check_invariants(plan(rows, cols, elem_bytes, device, **options), rows, cols,
+                           elem_bytes, device, **options)
+      if p["path"] == "team":  # rows short enough for teams
+        continue
+      if block_per_row(rows, cols, elem_bytes, device, options.get("compute_bound", False)):
+        assert p["path"] == "block" and p["grid"] == rows, (rows, options, p)
+      elif p["path"] == "block":  # a split of one part: the row fits one split round
+        assert p["row_step"] >= cols or options.get("compute_bound"), (rows, options, p)
+
+
+def test_forced_team_and_path_options():
+  """The ``team`` and ``path`` plan options (benchmarks): a forced team width up to 64 (the
+  sampler clamps it to a warp), a forced path where the shape allows it; bad values raise."""
+  p = _ffi.debug_plan(1024, 1024, 4, **H200, team=64)
+  assert p["path"] == "team" and p["team"] == 64, p
+  p = _ffi.debug_plan(1024, 1024, 4, **H200, team=64, compute_bound=True)
+  assert p["path"] == "team" and p["team"] == 32, p
+  p = _ffi.debug_plan(128, 16384, 4, **H200, path="split")
+  assert p["path"] == "split" and p["parts"] >= 2, p
+  p = _ffi.debug_plan(1, 202048, 4, **H200, path="block")
+  assert p["path"] == "block" and p["grid"] == 1, p
+  # a forced team path takes the planner's width: two warps for a row this long, one for the
+  # sampler
+  p = _ffi.debug_plan(1, 202048, 4, **H200, path="team")
+  assert p["path"] == "team" and p["team"] == 64, p
+  p = _ffi.debug_plan(1, 202048, 4, **H200, path="team", compute_bound=True)
+  assert p["path"] == "team" and p["team"] == 32, p
+  for bad in (dict(team=128), dict(team=3), dict(team=-1), dict(path="cluster")):
+    with pytest.raises(ValueError):
+      _ffi.debug_plan(1, 1, 4, **H200, **bad)
 
 
 @pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
@@ -280,17 +368,17 @@ def test_default_options_and_debug_entry():
   """Defaults: PDL on, merge "auto"; a plan with options None takes the process-wide ones;
   setting them is process-wide and returns what is in force; unknown merge modes raise."""
   before = _ffi.debug_plan_options()
-  assert before == {"pdl": True, "merge": "auto", "team": 0}
+  assert before == {"pdl": True, "merge": "auto", "team": 0, "path": "auto"}
   try:
-    assert _ffi.debug_set_plan_options(pdl=False) == {"pdl": False, "merge": "auto", "team": 0}
-    assert _ffi.debug_set_plan_options() == {"pdl": False, "merge": "auto",
-                                             "team": 0}  # None keeps
+    assert _ffi.debug_set_plan_options(pdl=False) == {"pdl": False, "merge": "auto", "team": 0,
+                                                      "path": "auto"}
+    assert _ffi.debug_set_plan_options() == {"pdl": False, "merge": "auto", "team": 0,
+                                             "path": "auto"}  # None keeps
     p = plan(8, 202048, 4, "h200")  # the process-wide option
     assert p["path"] == "split" and not p["pdl"]
     assert plan(8, 202048, 4, "h200", pdl=True)["pdl"]  # explicit options override
-    assert _ffi.debug_set_plan_options(pdl=True, merge="kernel") == {"pdl": True,
-                                                                      "merge": "kernel",
-                                                                      "team": 0}
+    assert _ffi.debug_set_plan_options(pdl=True, merge="kernel") == {
+        "pdl": True, "merge": "kernel", "team": 0, "path": "auto"}
     assert not plan(8, 202048, 4, "h200", pdl=False)["pdl"]
     assert not plan(8, 202048, 4, "h200")["last_block_merges"]
     assert _ffi.debug_set_plan_options(merge="last_block")["merge"] == "last_block"
@@ -329,7 +417,8 @@ def test_auto_merge_kernel_in_graphs_last_block_for_few_rows_from_the_host(devic
 @pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
 def test_compute_bound_split_gives_one_vector_per_thread(device, elem_bytes):
   """A compute-bound key policy (the sampler): kInFlight times the blocks per row where one
-  wave holds them, the same rows on the split path."""
+  wave holds them, the same rows on the split path (also where argreduce takes a block per
+  row)."""
   caps = DEVICES[device]
   for rows in (1, 8, 64):
     for cols in (32000, 202048):
@@ -339,7 +428,10 @@ def test_compute_bound_split_gives_one_vector_per_thread(device, elem_bytes):
         q = check_invariants(
             plan(rows, cols, elem_bytes, device, compute_bound=True, vector_bytes=vector_bytes),
             rows, cols, elem_bytes, device, compute_bound=True, vector_bytes=vector_bytes)
-        assert q["path"] == p["path"], (p, q)
+        if block_per_row(rows, cols, elem_bytes, device):
+          assert p["path"] == "block" and q["path"] == "split", (p, q)
+        else:
+          assert q["path"] == p["path"], (p, q)
         if q["path"] == "split":
           cap = min(caps["sms"] * caps["split_blocks_per_sm"] // rows, MAX_PARTIALS // rows)
           want = min(math.ceil(cols / (q["block"] * q["vector_elements"])), cap)
@@ -352,25 +444,26 @@ def test_compute_bound_split_gives_one_vector_per_thread(device, elem_bytes):
 @pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
 def test_forced_team_width(device, elem_bytes):
   """The ``team`` option (benchmarks' sweeps, the GPU tests' every-width check): a shape on the
-  team path takes exactly that many lanes per row, a valid geometry; other paths are unchanged;
-  0 is the planner's choice and anything but a power of two up to 32 is refused."""
+  team path takes exactly that many lanes per row (at most a warp for the compute-bound sampler),
+  a valid geometry; other paths are unchanged; 0 is the planner's choice and anything but a
+  power of two up to 64 is refused."""
   for rows, cols in ((4096, 512), (4096, 128), (65536, 64), (300000, 5), (1000, 4099),
                      (8, 202048), (256, 202048), (1, 7)):
     for compute_bound in (False, True):
       auto = plan(rows, cols, elem_bytes, device, compute_bound=compute_bound)
       assert plan(rows, cols, elem_bytes, device, compute_bound=compute_bound, team=0) == auto
-      for team in (1, 2, 4, 8, 16, 32):
+      for team in (1, 2, 4, 8, 16, 32, 64):
         p = check_invariants(plan(rows, cols, elem_bytes, device, compute_bound=compute_bound,
                                   team=team),
                              rows, cols, elem_bytes, device, compute_bound=compute_bound)
         assert p["path"] == auto["path"], (auto, p)
         if p["path"] == "team":
-          assert p["team"] == team, p
+          assert p["team"] == (min(team, 32) if compute_bound else team), p
         else:
           assert p == auto, (auto, p)
   before = _ffi.debug_plan_options()
   try:
-    for bad in (-1, 3, 12, 64):
+    for bad in (-1, 3, 12, 128):
       with pytest.raises(ValueError, match="team must be"):
         _ffi.debug_set_plan_options(team=bad)
     assert _ffi.debug_plan_options() == before
