@@ -642,8 +642,9 @@ cudaError_t GetDeviceCaps(int device, DeviceCaps* caps) {
     if (err == cudaSuccess) {
       err = cudaDeviceGetAttribute(&c.cc_major, cudaDevAttrComputeCapabilityMajor, device);
     }
-    // The team kernels share ScanRow<kInFlight> and have about the same register count: the
-    // widest team's occupancy stands for all of them.
+    // The team kernels share ScanRow<kInFlight> and have about the same register count (the
+    // two-warp team no more than one warp's, sm_90 build): the one-warp team's occupancy
+    // stands for all of them.
     if (err == cudaSuccess) {
       err = BlocksPerSm(reinterpret_cast<const void*>(&TeamKernel<Policy, Epilogue, kWarpSize>),
                         kBlockThreads, &c.team_blocks_per_sm);

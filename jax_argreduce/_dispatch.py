@@ -46,11 +46,12 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 #   not measured in-chain, follows the longest measured); from 2^20 the kernels.
 # - Many rows (>= 1536) of >= 2048 columns or >= 16 MiB in all: the kernels (bfloat16
 #   2048x2048 -0.2 / +0.2, 16384x512 -0.6 / +1.1, 65536x1024 -22 / +6; float32 4096x1024
-#   -0.4 / +0.3, 4096x4096 -4.8 / +0.4, 65536x256 -2.0 / +0.6), from 1536 rows where rows of 8-32
-#   KB get two-warp teams (try 64: float32 1536x2048 -0.3 / +0.0, 1536x4096 +0.4 / +0.9,
-#   1536x8192 -0.6 / +0.5; bfloat16 1536x4096 -0.3 / +0.6, 1536x8192 -3.3 / +1.6; 1536x2048 a
-#   tie), up to 128 MiB in wider formats (float32 65536x1024, 256 MiB: +2.9 / -0.3; 16384x4096,
-#   -1.4 / +0.2 and -1.1 / -0.6 in two runs, is given up for a simple rule). Smaller ones the
+#   -0.4 / +0.3, 4096x4096 -4.8 / +0.4, 65536x256 -2.0 / +0.6), from 1536 rows (try 64: float32
+#   1536x2048 -0.3 / +0.0, 1536x4096 +0.4 / +0.9, 1536x8192 -0.6 / +0.5 on two-warp teams;
+#   bfloat16 1536x8192 -3.3 / +1.6 on two-warp teams, 1536x4096 -0.3 / +0.6 on 32-lane teams
+#   (the 16-bit team kernels hold 4 blocks per SM, float32's 5); 1536x2048 a tie), up to 128
+#   MiB in wider formats (float32 65536x1024, 256 MiB: +2.9 / -0.3; 16384x4096, -1.4 / +0.2
+#   and -1.1 / -0.6 in two runs, is given up for a simple rule). Smaller ones the
 #   XLA path (bfloat16 4096x512 +1.5 / +0.2, 8192x512 +1.0 / +0.4, 4096x1024 +0.2 / +0.2;
 #   float32 4096x512 +1.1 / +0.3, 16384x128 +0.5 / +0.1), as fewer rows of medium width
 #   (float32 1024x2048 +0.6 / +0.2, 1024x4096 +0.0 / +0.2, 1024x8192 +0.7 / +0.5; bfloat16

@@ -95,12 +95,23 @@ def cc_major():
   return int(str(jax.devices()[0].compute_capability).split(".")[0])
 
 
+def block_per_row_here(rows, cols, dtype):
+  """Whether this GPU's planner gives rows of at most one per SM a block each instead of the
+  split path (order keys: at least half the SMs' count of rows of at most 256 KB)."""
+  from test_launch_plan import BLOCK_PER_ROW_MAX_ROUNDS, BLOCK_ROUND_BYTES
+  sms = sm_count()
+  row_bytes = cols * np.dtype(reference.np_dtype(dtype)).itemsize
+  return (sms is not None and rows <= sms and 2 * rows >= sms
+          and row_bytes <= BLOCK_PER_ROW_MAX_ROUNDS * BLOCK_ROUND_BYTES)
+
+
 # One shape per path and option set; the planner's choice is asserted, not assumed.
 PATH_CASES = [
     ("team", "default", 300000, 40),     # teams of lanes, more rows than teams (row loop)
     ("team", "no_pdl", 4096, 8),
     ("team", "default", 4096, 4096),
     ("team", "default", 1024, 3001),     # two-warp teams where the rows are 12 KB (float32)
+    ("team", "default", 1023, 3001),     # a block's last two-warp teams past the last row
     ("block", "default", 400, 20000),    # one block per row
     ("block", "no_pdl", 256, 202048),    # more rows than SMs
     ("block", "default", 1024, 16384),   # rows of >= 32 KB that 32-lane teams would underfill
@@ -111,7 +122,7 @@ PATH_CASES = [
     ("split", "default", 8, 202049),
     ("split", "no_pdl", 8, 202049),
     ("split", "default", 32, 202048),
-    ("split", "default", 64, 32000),
+    ("split", "default", 64, 32000),     # a block per row instead where 128 >= the SMs
     ("split", "no_pdl", 32, 202048),
     ("split", "no_pdl", 64, 32000),
     ("split", "default", 100, 202048),   # up to one row per SM
@@ -128,6 +139,8 @@ def test_every_path(path, options, rows, cols, dtype, rng):
   if rows > (sm_count() or rows) and path == "split":
     pytest.skip(f"{rows} rows > {sm_count()} SMs: the planner takes one block per row")
   with x64_for(dtype):
+    if path == "split" and block_per_row_here(rows, cols, dtype):
+      path = "block"  # this GPU has at most twice as many SMs as rows (launch_plan.h)
     p = plan(rows, cols, dtype, options)
     assert p["path"] == path, p
     assert p["pdl"] == (OPTION_SETS[options]["pdl"] and cc_major() >= 9), p
@@ -137,11 +150,11 @@ def test_every_path(path, options, rows, cols, dtype, rng):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_team_width(dtype, rng):
-  """Each team kernel (1-32 lanes per row, forced by the ``team`` option; the plan read back
-  says it took it) on team-path shapes with odd widths (head and tail columns): all four ops
-  exact."""
+  """Each team kernel (1-64 lanes per row, forced by the ``team`` option; the plan read back
+  says it took it) on team-path shapes with odd widths (head and tail columns) and a row count
+  that leaves a block's last teams without a row (2001): all four ops exact."""
   with x64_for(dtype):
-    for rows, cols in ((4096, 129), (3000, 33), (2000, 1031), (300000, 5)):
+    for rows, cols in ((4096, 129), (3000, 33), (2001, 1031), (300000, 5)):
       x = fill_rows(dtype, rng, rows, cols)
       for options, kw in TEAM_OPTION_SETS.items():
         p = plan(rows, cols, dtype, options)
@@ -227,7 +240,7 @@ def test_device_plans_keep_the_planner_invariants():
         else:
           assert p["workspace_bytes"] == 0 and p["merge_grid"] == 0, where
         if rows <= min(64, sm_count()) and cols >= 32000:
-          assert p["path"] == "split", where
+          assert p["path"] == ("block" if block_per_row_here(rows, cols, dtype) else "split"), where
 
 
 WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256,

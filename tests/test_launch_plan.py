@@ -173,8 +173,9 @@ def test_block_path_for_more_rows_than_sms(device, elem_bytes, rows, cols):
 def test_block_path_for_rows_that_fill_a_block_round(device, elem_bytes, rows, cols):
   """Rows that could use 64-255 threads each (more rows than a wave of blocks holds, fewer
   than a wave of 32-lane teams fills) take a block each where a row fills one round of the
-  block kernel's loads (256 threads x 8 x 16 bytes = 32 KB), teams of 32 lanes otherwise;
-  compute-bound policies (the sampler) keep the teams (NOTES.md try 63)."""
+  block kernel's loads (256 threads x 8 x 16 bytes = 32 KB), teams otherwise (32 lanes, or
+  two warps where two_warp_team says so); compute-bound policies (the sampler) keep the teams
+  (NOTES.md tries 63-64)."""
   caps = DEVICES[device]
   fair = caps["sms"] * caps["team_blocks_per_sm"] * 256 // rows
   if not 64 <= fair < 256:

@@ -200,18 +200,19 @@ int main(int argc, char** argv) {
   const size_t ws_bytes = kWorkspaceBytes;
   void* d_ws = nullptr;
   CHECK(cudaMalloc(&d_ws, ws_bytes));
-  // Team with the row loop (400000 x 5: more rows than threads in one wave) and team widths
-  // 1..64 (1024 x 3001: two-warp teams on the H200 for 12 KB rows), one block per row (300 x
+  // Team with the row loop (400000 x 5: more rows than threads in one wave), the planner's
+  // team widths (1024 x 3001 and 1023 x 3001: two-warp teams on the H200 for 12 KB float32
+  // rows, the second with a block's last teams past the last row), one block per row (300 x
   // 4097, 150 x 30001, and from half the SMs' count of rows up to one per SM: 100 x 20001, 132
   // x 20001), few wide rows (split) incl. a row longer than one scan step (1 x 2^21), up to
   // one row per SM (100 x 202049), odd widths.
   std::vector<Case> cases = {{400000, 5}, {70001, 3}, {4096, 8},    {3, 1},      {5, 2},
                              {1000, 1023}, {300, 4097}, {150, 30001}, {1, 202049}, {2, 202047},
                              {8, 131073}, {1, 1 << 21}, {40, 65535},  {100, 20001}, {132, 20001},
-                             {64, 32000}, {1024, 3001}, {100, 202049}};
+                             {64, 32000}, {1024, 3001}, {1023, 3001}, {100, 202049}};
   if (args.quick) {  // one case per path (under compute-sanitizer)
-    cases = {{400000, 5}, {4096, 8}, {1024, 3001}, {300, 4097}, {1, 202049}, {8, 131073},
-             {100, 20001}};
+    cases = {{400000, 5}, {4096, 8}, {1024, 3001}, {1023, 3001}, {300, 4097}, {1, 202049},
+             {8, 131073}, {100, 20001}};
   }
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
   constexpr uint32_t kSlot = 7;  // every launch: one call site
