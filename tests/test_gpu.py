@@ -97,12 +97,11 @@ def cc_major():
 
 def block_per_row_here(rows, cols, dtype):
   """Whether this GPU's planner gives rows of at most one per SM a block each instead of the
-  split path (order keys: at least half the SMs' count of rows of at most 256 KB)."""
-  from test_launch_plan import BLOCK_PER_ROW_MAX_ROUNDS, BLOCK_ROUND_BYTES
+  split path (test_launch_plan.block_per_row with this GPU's SM count)."""
+  from test_launch_plan import block_per_row
   sms = sm_count()
-  row_bytes = cols * np.dtype(reference.np_dtype(dtype)).itemsize
-  return (sms is not None and rows <= sms and 2 * rows >= sms
-          and row_bytes <= BLOCK_PER_ROW_MAX_ROUNDS * BLOCK_ROUND_BYTES)
+  return (sms is not None and rows <= sms and
+          block_per_row(rows, cols, np.dtype(reference.np_dtype(dtype)).itemsize, sms))
 
 
 # One shape per path and option set; the planner's choice is asserted, not assumed.

@@ -125,9 +125,10 @@ def test_team_path_for_narrow_or_many_rows(device, elem_bytes, rows, cols):
     assert p["path"] == "team", p
 
 
-def block_per_row(rows, cols, elem_bytes, device, compute_bound=False):
-  """Whether rows of at most one per SM take a block each (order keys, >= half the SMs)."""
-  return (not compute_bound and 2 * rows >= DEVICES[device]["sms"]
+def block_per_row(rows, cols, elem_bytes, sms, compute_bound=False):
+  """Whether rows of at most one per SM take a block each on a GPU of ``sms`` SMs (order keys,
+  >= half the SMs; tests/test_gpu.py asks it for the GPU at hand)."""
+  return (not compute_bound and 2 * rows >= sms
           and cols * elem_bytes <= BLOCK_PER_ROW_MAX_ROUNDS * BLOCK_ROUND_BYTES)
 
 
@@ -142,7 +143,7 @@ def test_split_path_for_few_wide_rows(device, elem_bytes, rows, cols, pdl):
   block rounds (test_block_per_row_from_half_the_sms)."""
   p = check_invariants(plan(rows, cols, elem_bytes, device, pdl=pdl), rows, cols, elem_bytes,
                        device, pdl=pdl)
-  if block_per_row(rows, cols, elem_bytes, device):
+  if block_per_row(rows, cols, elem_bytes, DEVICES[device]["sms"]):
     assert p["path"] == "block", p
     return
   assert p["path"] == "split", p
@@ -176,8 +177,7 @@ def test_block_path_for_rows_that_fill_a_block_round(device, elem_bytes, rows, c
   block kernel's loads (256 threads x 8 x 16 bytes = 32 KB), teams otherwise (32 lanes, or
   two warps where two_warp_team says so); compute-bound policies (the sampler) keep the teams
   (NOTES.md tries 63-64)."""
-  caps = DEVICES[device]
-  fair = caps["sms"] * caps["team_blocks_per_sm"] * 256 // rows
+  fair = fair_threads(rows, device)
   if not 64 <= fair < 256:
     pytest.skip("not in the 64-255 threads-per-row band on this device")
   for options in OPTIONS:
@@ -189,13 +189,23 @@ def test_block_path_for_rows_that_fill_a_block_round(device, elem_bytes, rows, c
       assert p["team"] == two_warp_team(rows, cols, elem_bytes, device, options), (options, p)
 
 
+def fair_threads(rows, device):
+  """Threads per row when the rows share one wave of team blocks evenly."""
+  caps = DEVICES[device]
+  return caps["sms"] * caps["team_blocks_per_sm"] * 256 // rows
+
+
+def threads_per_row(rows, cols, elem_bytes, device):
+  """The threads a row could use (4 or more elements each, 16 bytes at least), capped by the
+  fair share: the planner's threads_per_row."""
+  return min(-(-cols // max(4, 16 // elem_bytes)), fair_threads(rows, device))
+
+
 def two_warp_team(rows, cols, elem_bytes, device, options):
   """The team path's lanes per row in the 64-255 threads-per-row band: two warps for the
   order keys' rows of >= 16 KB, and of 8-16 KB where a row could use >= 96 threads (NOTES.md
   try 64); a warp otherwise and for the sampler."""
-  caps = DEVICES[device]
-  threads = min(-(-cols // max(4, 16 // elem_bytes)),
-                caps["sms"] * caps["team_blocks_per_sm"] * 256 // rows)
+  threads = threads_per_row(rows, cols, elem_bytes, device)
   row_bytes = cols * elem_bytes
   wide = (not options.get("compute_bound") and threads >= 64 and row_bytes >= 8192
           and (row_bytes >= 16384 or threads >= 96))
@@ -214,12 +224,8 @@ def test_two_warp_teams_for_medium_rows_that_underfill(device, elem_bytes, rows,
                          elem_bytes, device, **options)
     if p["path"] != "team":
       continue
-    caps = DEVICES[device]
-    threads = min(-(-cols // max(4, 16 // elem_bytes)),
-                  caps["sms"] * caps["team_blocks_per_sm"] * 256 // rows)
-    want = two_warp_team(rows, cols, elem_bytes, device, options) if threads >= 32 else None
-    if want is not None:
-      assert p["team"] == want, (options, p)
+    if threads_per_row(rows, cols, elem_bytes, device) >= 32:
+      assert p["team"] == two_warp_team(rows, cols, elem_bytes, device, options), (options, p)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -236,7 +242,7 @@ def test_block_per_row_from_half_the_sms(device, elem_bytes, cols):
                            elem_bytes, device, **options)
       if p["path"] == "team":  # rows short enough for teams
         continue
-      if block_per_row(rows, cols, elem_bytes, device, options.get("compute_bound", False)):
+      if block_per_row(rows, cols, elem_bytes, sms, options.get("compute_bound", False)):
         assert p["path"] == "block" and p["grid"] == rows, (rows, options, p)
       elif p["path"] == "block":  # a split of one part: the row fits one split round
         assert p["row_step"] >= cols or options.get("compute_bound"), (rows, options, p)
@@ -429,7 +435,7 @@ def test_compute_bound_split_gives_one_vector_per_thread(device, elem_bytes):
         q = check_invariants(
             plan(rows, cols, elem_bytes, device, compute_bound=True, vector_bytes=vector_bytes),
             rows, cols, elem_bytes, device, compute_bound=True, vector_bytes=vector_bytes)
-        if block_per_row(rows, cols, elem_bytes, device):
+        if block_per_row(rows, cols, elem_bytes, caps["sms"]):
           assert p["path"] == "block" and q["path"] == "split", (p, q)
         else:
           assert q["path"] == p["path"], (p, q)
