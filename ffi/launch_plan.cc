@@ -12,10 +12,12 @@ namespace {
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // PlanOptions packed in one word: bit 0 pdl, bits 1-2 the merge mode, bits 3-4 the forced
-// path, bits 5-12 the team.
+// path, bits 5-12 the team, bits 13-24 the block's threads.
 unsigned Pack(const PlanOptions& options) {
   return (options.pdl ? 1u : 0u) | (static_cast<unsigned>(options.merge) << 1) |
-         (static_cast<unsigned>(options.path) << 3) | (static_cast<unsigned>(options.team) << 5);
+         (static_cast<unsigned>(options.path) << 3) |
+         (static_cast<unsigned>(options.team) << 5) |
+         (static_cast<unsigned>(options.block) << 13);
 }
 std::atomic<unsigned> g_options{Pack(PlanOptions())};
 
@@ -27,7 +29,8 @@ PlanOptions CurrentPlanOptions() {
   options.pdl = (bits & 1u) != 0;
   options.merge = static_cast<MergeMode>((bits >> 1) & 3u);
   options.path = static_cast<ForcedPath>((bits >> 3) & 3u);
-  options.team = static_cast<int>(bits >> 5);
+  options.team = static_cast<int>((bits >> 5) & 0xFFu);
+  options.block = static_cast<int>((bits >> 13) & 0xFFFu);
   return options;
 }
 
@@ -138,7 +141,12 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
 
   plan.path = Path::kBlock;
   plan.grid = std::min(rows, sms * std::max(caps.block_blocks_per_sm, 1));
-  plan.row_step = static_cast<int64_t>(kBlockThreads) *
+  if (!compute_bound && rows <= sms) {
+    // At most one row per SM: rows longer than one round take wider blocks (fewer rounds).
+    const bool wide = cols > int64_t{kBlockThreads} * kBlockInFlight * load_elements;
+    plan.block = options.block > 0 ? options.block : wide ? kWideBlockThreads : kBlockThreads;
+  }
+  plan.row_step = static_cast<int64_t>(plan.block) *
                   (compute_bound ? kInFlight : kBlockInFlight) * load_elements;
   return plan;
 }

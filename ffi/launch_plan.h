@@ -67,6 +67,12 @@ inline constexpr int64_t kWideTeamMinRowBytes = 8 << 10;
 // (NOTES.md try 65: in-chain float32 128x16384 +2.58 -> +1.51 us per step, bfloat16
 // 100x32000 +0.40 -> -0.93; 64x128256 was 2-6 us slower on blocks, 64 of 132 SMs busy).
 inline constexpr int kBlockPerRowMaxRounds = 8;
+// Where a block per row runs one wave of at most one row per SM (order-key policies), rows
+// longer than one round of its loads (32 KB) get blocks of kWideBlockThreads: half the
+// dependent load rounds per row (NOTES.md try 68: in-chain float32 100x65536 +1.56 -> -0.46 us
+// per step against jnp.argmax, 80x50257 +1.79 -> +0.38, 100x32000 +0.26 -> -0.49, bfloat16
+// 80x50257 -1.23 -> -1.74; 1024 threads measured no better and lost at 32-64 KB rows).
+inline constexpr int kWideBlockThreads = 512;
 
 // Partials the split path may store: bounds the workspace.
 inline constexpr int64_t kMaxSplitPartials = 16384;
@@ -107,6 +113,9 @@ struct PlanOptions {
   MergeMode merge = MergeMode::kAuto;
   int team = 0;  // kTeam: this many lanes per row (0: the planner's; > 32: order-key policies)
   ForcedPath path = ForcedPath::kAuto;
+  // kBlock: this many threads per block (kBlockThreads or kWideBlockThreads) where the planner
+  // may widen it (at most one row per SM, order keys); 0: the planner's.
+  int block = 0;
 };
 
 // Process-wide options every launch uses: the defaults above unless the module's debug entry

@@ -58,7 +58,8 @@ ForcedPath ForcedPathFromName(const std::string& name) {
 }
 
 // Options in force, with those given (not None) replaced.
-PlanOptions OptionsFrom(nb::object pdl, nb::object merge, nb::object team, nb::object path) {
+PlanOptions OptionsFrom(nb::object pdl, nb::object merge, nb::object team, nb::object path,
+                        nb::object block) {
   PlanOptions options = CurrentPlanOptions();
   if (!pdl.is_none()) options.pdl = nb::cast<bool>(pdl);
   if (!merge.is_none()) options.merge = MergeModeFromName(nb::cast<std::string>(merge));
@@ -71,6 +72,16 @@ PlanOptions OptionsFrom(nb::object pdl, nb::object merge, nb::object team, nb::o
     options.team = static_cast<int>(lanes);
   }
   if (!path.is_none()) options.path = ForcedPathFromName(nb::cast<std::string>(path));
+  if (!block.is_none()) {
+    const int64_t threads = nb::cast<int64_t>(block);
+    if (threads != 0 && threads != kBlockThreads && threads != kWideBlockThreads) {
+      throw std::invalid_argument("block must be 0 (the planner's choice), " +
+                                  std::to_string(kBlockThreads) + " or " +
+                                  std::to_string(kWideBlockThreads) + ", got " +
+                                  std::to_string(threads));
+    }
+    options.block = static_cast<int>(threads);
+  }
   return options;
 }
 
@@ -80,6 +91,7 @@ nb::dict OptionsToDict(const PlanOptions& options) {
   d["merge"] = MergeModeName(options.merge);
   d["team"] = options.team;
   d["path"] = ForcedPathName(options.path);
+  d["block"] = options.block;
   return d;
 }
 
@@ -145,7 +157,7 @@ NB_MODULE(_argreduce, m) {
                        int cc_major, int team_blocks_per_sm, int block_blocks_per_sm,
                        int split_blocks_per_sm, nb::object pdl, nb::object merge,
                        bool compute_bound, bool graph_captured, int vector_bytes,
-                       nb::object team, nb::object path) {
+                       nb::object team, nb::object path, nb::object block) {
     if (vector_bytes != 16 && vector_bytes != 32) throw std::invalid_argument("vector_bytes");
     if (rows < 1 || cols < 1 || cols > INT32_MAX) throw std::invalid_argument("bad shape");
     DeviceCaps caps;
@@ -155,7 +167,7 @@ NB_MODULE(_argreduce, m) {
     caps.block_blocks_per_sm = block_blocks_per_sm;
     caps.split_blocks_per_sm = split_blocks_per_sm;
     return PlanToDict(PlanRowReduce(caps, rows, cols, elem_bytes, key_bytes,
-                                    OptionsFrom(pdl, merge, team, path), compute_bound,
+                                    OptionsFrom(pdl, merge, team, path, block), compute_bound,
                                     graph_captured, vector_bytes));
   }, nb::arg("rows"), nb::arg("cols"), nb::arg("elem_bytes"), nb::arg("key_bytes"),
      nb::arg("sms"), nb::arg("cc_major"), nb::arg("team_blocks_per_sm"),
@@ -163,12 +175,12 @@ NB_MODULE(_argreduce, m) {
      nb::arg("pdl") = nb::none(), nb::arg("merge") = nb::none(),
      nb::arg("compute_bound") = false, nb::arg("graph_captured") = false,
      nb::arg("vector_bytes") = 16, nb::arg("team") = nb::none(), nb::arg("path") = nb::none(),
-     "The pure planner on made-up device capabilities.");
+     nb::arg("block") = nb::none(), "The pure planner on made-up device capabilities.");
   debug.def("set_plan_options", [](nb::object pdl, nb::object merge, nb::object team,
-                                   nb::object path) {
-    SetPlanOptions(OptionsFrom(pdl, merge, team, path));
+                                   nb::object path, nb::object block) {
+    SetPlanOptions(OptionsFrom(pdl, merge, team, path, block));
   }, nb::arg("pdl") = nb::none(), nb::arg("merge") = nb::none(),
-     nb::arg("team") = nb::none(), nb::arg("path") = nb::none(),
+     nb::arg("team") = nb::none(), nb::arg("path") = nb::none(), nb::arg("block") = nb::none(),
      "Process-wide plan options, taking effect at the next CUDA handler call.");
   debug.def("plan_options", []() { return OptionsToDict(CurrentPlanOptions()); });
 #ifdef JAX_ARGREDUCE_WITH_CUDA

@@ -492,9 +492,10 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
 template <class Policy>
 inline constexpr bool kSharesBlockBest = !Policy::kBitsOnly && sizeof(typename Policy::Key) == 4;
 
-// One block per row; blocks loop over rows.
-template <class Policy, class Epilogue>
-__global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
+// One block of kThreads per row; blocks loop over rows. Blocks wider than kBlockThreads are
+// for order-key policies (launch_plan.h, kWideBlockThreads).
+template <class Policy, class Epilogue, int kThreads = kBlockThreads>
+__global__ void __launch_bounds__(kThreads, kThreads == kBlockThreads ? Policy::kMinBlocksPerSm : 1)
     BlockKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, Policy policy,
                 Epilogue epilogue) {
   // A compute-bound policy (launch bounds > 1 block per SM) holds fewer loads in flight.
@@ -510,9 +511,9 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
       __syncthreads();
     }
     auto p = ScanRow<Policy, kLoads, false, true>(x + row * cols, cols, threadIdx.x,
-                                                  kBlockThreads, policy.ForRow(row),
+                                                  kThreads, policy.ForRow(row),
                                                   kSharedBest ? &block_best : nullptr);
-    p = BlockReduce<kBlockThreads>(p);
+    p = BlockReduce<kThreads>(p);
     if (threadIdx.x == 0) epilogue(row, p, x + row * cols);
   }
 }
@@ -732,9 +733,20 @@ cudaError_t LaunchPlanned(const LaunchPlan& plan, cudaStream_t stream,
       }
       break;
     case Path::kBlock:
-      err = LaunchEx(BlockKernel<Policy, Epilogue>, plan.grid, plan.block, stream, plan.pdl, x,
-                     rows, cols, policy, epilogue);
-      break;
+      if (plan.block == kBlockThreads) {
+        err = LaunchEx(BlockKernel<Policy, Epilogue>, plan.grid, plan.block, stream, plan.pdl, x,
+                       rows, cols, policy, epilogue);
+        break;
+      }
+      // Wide blocks: order-key policies only (the planner widens no compute-bound plan).
+      if constexpr (Policy::kMinBlocksPerSm == 1) {
+        if (plan.block == kWideBlockThreads) {
+          err = LaunchEx(BlockKernel<Policy, Epilogue, kWideBlockThreads>, plan.grid,
+                         plan.block, stream, plan.pdl, x, rows, cols, policy, epilogue);
+          break;
+        }
+      }
+      return cudaErrorInvalidConfiguration;
     case Path::kSplit: {
       Pair* partials = static_cast<Pair*>(workspace);
       if (plan.last_block_merges) {

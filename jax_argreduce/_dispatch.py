@@ -33,14 +33,16 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 #   evict-first loads: 256x202048 -3.6 / +0.3, 64x202048 +1.6 / +0.5, 100x65536 +1.6 / +0.2:
 #   fewer rows take the split path or a block per row, which cost ~1 us more than XLA's two
 #   reduction kernels inside a CUDA graph; 128x65536 -0.4 and +1.0 / +0.2 in two runs).
-# - Long rows (>= 16384 columns): float32 from 128 rows and 6 MiB (128x32000 -2.4 / +0.6,
-#   512x32000 -4.1 / +2.7, 192x50257 +0.2 / +0.6; fewer rows the XLA path: 64x32000 +1.1 /
-#   +0.3, 66x32000 +1.2 / +0.1, 80x50257 +1.8 / +0.3), below 2048 rows, where a row of >= 32 KB
-#   gets a block of its own (try 63: 1024x16384 -2.0 / +0.4, 1024x32000 -5.6 / +5.4); from 2048
-#   rows the many-row rule below. 16-bit formats from 80 rows, where a row gets a block of its
-#   own instead of the split path (try 65: bfloat16 80x50257 -0.4 / +0.4, 96x16384 +0.2 /
-#   +1.9, 100x32000 -0.9 / +0.4, 128x16384 -0.0 / +0.1, 256x32000 -4.1 / +1.1, 1024x16384 -1.7
-#   / +1.8; 64x32000, on the split path, +0.7 / +0.0; 66x32000 a tie).
+# - Long rows (>= 16384 columns): float32 from 128 rows and 6 MiB (128x32000 -2.4 / +0.6, 512x32000
+#   -4.1 / +2.7, 192x50257 +0.2 / +0.6; fewer rows the XLA path: 64x32000 +1.1 / +0.3, 66x32000 +1.2
+#   / +0.1, 80x50257 +1.8 / +0.3), below 2048 rows, where a row of >= 32 KB gets a block of its own
+#   (try 63: 1024x16384 -2.0 / +0.4, 1024x32000 -5.6 / +5.4); from 2048 rows the many-row rule
+#   below. Also from 96 rows of up to 256 KB, which get a block of 512 threads each (try 68:
+#   100x32000 -0.5 / +0.4, 100x65536 -0.5 / -0.1, 96x16384 +1.2 / +3.0; 80x50257 +0.4 / +0.3 and
+#   66x32000 +0.5 / +0.1 stay on the XLA path). 16-bit formats from 80 rows, where a row gets a
+#   block of its own instead of the split path (try 65: bfloat16 80x50257 -0.4 / +0.4, 96x16384 +0.2
+#   / +1.9, 100x32000 -0.9 / +0.4, 128x16384 -0.0 / +0.1, 256x32000 -4.1 / +1.1, 1024x16384 -1.7 /
+#   +1.8; 64x32000, on the split path, +0.7 / +0.0; 66x32000 a tie).
 # - One row: the XLA path (split by hand into rows of 128 columns, _xla.py: up to 1.6 us per
 #   step less than the kernels, 1x262144 bfloat16 a tie) up to 2^20 - 1 columns (262145 on:
 #   not measured in-chain, follows the longest measured); from 2^20 the kernels.
@@ -67,6 +69,7 @@ CUDA_LONG_ROWS_BYTES = 6 << 20  # float32 and wider
 CUDA_16BIT_LONG_ROWS = 80
 CUDA_16BIT_MEDIUM_ROWS = (768, 1 << 13)  # rows, columns
 CUDA_F32_LONG_ROWS_MAX_ROWS = 2048
+CUDA_F32_BLOCK_ROWS = (96, 256 << 10)  # rows, largest row in bytes
 CUDA_ONE_ROW_COLS = 1 << 20
 CUDA_MANY_ROWS = 1536
 CUDA_MANY_ROWS_COLS = 2048
@@ -116,7 +119,9 @@ def handler_wins(op: str, platform: str, shape, dtype) -> bool:
     if itemsize <= 2:
       long_rows = rows >= CUDA_16BIT_LONG_ROWS and cols >= CUDA_LONG_ROWS[1]
     else:
-      long_rows = (rows >= CUDA_LONG_ROWS[0] and cols >= CUDA_LONG_ROWS[1] and
+      block_rows = (rows >= CUDA_F32_BLOCK_ROWS[0] and
+                    cols * itemsize <= CUDA_F32_BLOCK_ROWS[1])
+      long_rows = ((rows >= CUDA_LONG_ROWS[0] or block_rows) and cols >= CUDA_LONG_ROWS[1] and
                    nbytes >= CUDA_LONG_ROWS_BYTES and rows < CUDA_F32_LONG_ROWS_MAX_ROWS)
     medium_rows = (itemsize <= 2 and rows >= CUDA_16BIT_MEDIUM_ROWS[0] and
                    cols >= CUDA_16BIT_MEDIUM_ROWS[1])

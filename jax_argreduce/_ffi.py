@@ -90,21 +90,23 @@ def debug_plan(rows: int, cols: int, elem_bytes: int, *, sms: int, cc_major: int
                key_bytes: int | None = None, pdl: bool | None = None,
                merge: str | None = None, compute_bound: bool = False,
                graph_captured: bool = False, vector_bytes: int = 16,
-               team: int | None = None, path: str | None = None) -> dict:
+               team: int | None = None, path: str | None = None,
+               block: int | None = None) -> dict:
   """The pure launch planner on made-up device capabilities (runs without a GPU).
   ``vector_bytes``: 16, or 32 (the sampler's float32 scan visits 32-byte vectors).
-  ``team``, ``path``: as in debug_set_plan_options (None: the options in force)."""
+  ``team``, ``path``, ``block``: as in debug_set_plan_options (None: the options in force)."""
   if key_bytes is None:
     key_bytes = 8 if elem_bytes == 8 else 4
   return dict(_argreduce.debug.plan(int(rows), int(cols), int(elem_bytes), int(key_bytes),
                                     int(sms), int(cc_major), int(team_blocks_per_sm),
                                     int(block_blocks_per_sm), int(split_blocks_per_sm), pdl,
                                     merge, bool(compute_bound), bool(graph_captured),
-                                    int(vector_bytes), team, path))
+                                    int(vector_bytes), team, path, block))
 
 
 def debug_set_plan_options(*, pdl: bool | None = None, merge: str | None = None,
-                           team: int | None = None, path: str | None = None) -> dict:
+                           team: int | None = None, path: str | None = None,
+                           block: int | None = None) -> dict:
   """Sets process-wide plan options (None keeps one); effective at the next CUDA handler call
   (an executable XLA already captured in a CUDA graph replays the launches it captured).
   ``pdl``: programmatic dependent launch (sm_90+). ``merge``: how the split path (few wide
@@ -114,9 +116,12 @@ def debug_set_plan_options(*, pdl: bool | None = None, merge: str | None = None,
   shape takes that path (a power of two up to 64, where 64 lanes are for the order-key ops
   and the sampler takes at most 32; 0: the planner's choice, the default;
   ValueError otherwise). ``path``: "team", "block" or "split" for every shape ("split" gives
-  "block" where a row would get one part), "auto" (the default) the planner's. Returns the
-  options now in force."""
-  _argreduce.debug.set_plan_options(pdl, merge, team, path)
+  "block" where a row would get one part), "auto" (the default) the planner's. ``block``:
+  threads per block where the block path may widen its block (at most one row per SM, the
+  order-key ops): 256 or 512; 0 (the default) the planner's (512 for rows of more than 32 KB);
+  ValueError otherwise. Returns the options now in
+  force."""
+  _argreduce.debug.set_plan_options(pdl, merge, team, path, block)
   return dict(_argreduce.debug.plan_options())
 
 

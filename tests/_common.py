@@ -58,7 +58,11 @@ OPTION_SETS = {
 # a team of two warps, for the order-key ops).
 TEAM_OPTION_SETS = {f"team{n}": dict(OPTION_SETS["default"], team=n)
                     for n in (1, 2, 4, 8, 16, 32, 64)}
-_ALL_OPTION_SETS = {**OPTION_SETS, **TEAM_OPTION_SETS}
+# The block path at both block widths (one block per row where the rows fit one per SM; 512
+# threads: the order-key ops).
+BLOCK_OPTION_SETS = {f"block{n}": dict(OPTION_SETS["default"], path="block", block=n)
+                     for n in (256, 512)}
+_ALL_OPTION_SETS = {**OPTION_SETS, **TEAM_OPTION_SETS, **BLOCK_OPTION_SETS}
 
 
 @contextlib.contextmanager

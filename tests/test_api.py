@@ -351,7 +351,9 @@ def test_cuda_routing_of_the_measured_shapes():
   assert wins((1536, 2048), f32) and wins((1536, 8192), f32)  # two-warp teams from 1536 rows
   assert not wins((1024, 2048), f32) and not wins((1024, 8192), f32)
   assert not wins((1535, 4096), f32) and not wins((1536, 2047), f32)
-  assert not wins((100, 32000), f32) and not wins((80, 50257), f32) and not wins((96, 16384), f32)
+  assert wins((100, 32000), f32) and wins((96, 16384), f32) and wins((100, 65536), f32)
+  assert not wins((95, 32000), f32) and not wins((80, 50257), f32)  # 512-thread blocks from 96
+  assert not wins((100, 65537), f32) and not wins((100, 8192), f32)  # rows of <= 256 KB, 6 MiB
   assert not wins((16384, 128), f32) and wins((1024, 16384), f32) and wins((1024, 32000), f32)
   assert wins((192, 50257), f32) and wins((192, 50257), bf16)
   assert wins((8, 202048), bf16) and wins((256, 202048), bf16) and wins((65536, 1024), bf16)

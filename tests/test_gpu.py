@@ -32,8 +32,8 @@ import pytest
 
 import jax_argreduce
 import reference
-from _common import (OPTION_SETS, TEAM_OPTION_SETS, needs_cuda_build,  # noqa: F401
-                     plan_options, x64_for)
+from _common import (BLOCK_OPTION_SETS, OPTION_SETS, TEAM_OPTION_SETS,  # noqa: F401
+                     needs_cuda_build, plan_options, x64_for)
 from jax_argreduce import _api, _dispatch, _ffi
 from reference import OPS, fill_rows, random_rows
 
@@ -158,6 +158,23 @@ def test_every_team_width(dtype, rng):
       for options, kw in TEAM_OPTION_SETS.items():
         p = plan(rows, cols, dtype, options)
         assert p["path"] == "team" and p["team"] == kw["team"], p
+        check_ops(x, run_ops(x, options), msg=f"{options} {rows}x{cols} {dtype}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_block_width(dtype, rng):
+  """Each block kernel (256 and 512 threads, forced by the ``path`` and ``block``
+  options; the plan read back says it took it) on rows of one pass and of several (the
+  plan's row_step, +-1), odd widths (head and tail columns) and rows the grid loops over
+  past the SMs' count: all four ops exact."""
+  with x64_for(dtype):
+    for options, kw in BLOCK_OPTION_SETS.items():
+      step = plan(8, 1 << 20, dtype, options)["row_step"]
+      for rows, cols in ((8, step - 1), (8, step + 1), (37, 3 * step + 5), (3, 20001)):
+        p = plan(rows, cols, dtype, options)
+        assert p["path"] == "block" and p["block"] == kw["block"], p
+        x = fill_rows(dtype, rng, rows, cols)
+        x[:, [0, cols - 1]] = x[:, [cols - 1, 0]]  # the fills' extremes at the ends too
         check_ops(x, run_ops(x, options), msg=f"{options} {rows}x{cols} {dtype}")
 
 

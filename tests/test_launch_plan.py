@@ -38,6 +38,7 @@ OPTIONS = [dict(pdl=p) for p in (None, False, True)] + [
 LAST_BLOCK_MAX_ROWS = 16  # launch_plan.h kLastBlockMergeMaxRows
 BLOCK_ROUND_BYTES = 256 * 8 * 16  # the block kernel's loads of one round (kBlockInFlight)
 BLOCK_PER_ROW_MAX_ROUNDS = 8  # launch_plan.h kBlockPerRowMaxRounds
+WIDE_BLOCK_THREADS = 512  # launch_plan.h kWideBlockThreads
 PATHS = ("team", "block", "split")
 INT32_MAX = 2 ** 31 - 1
 WIDE = (32000, 128256, 202048, 262144, 1 << 22, INT32_MAX)
@@ -101,6 +102,10 @@ def check_invariants(p, rows, cols, elem_bytes, device, pdl=None, merge=None,
   if p["path"] == "block":
     assert p["grid"] <= rows and p["grid"] <= caps["sms"] * caps["block_blocks_per_sm"], where
     assert p["row_step"] % (p["block"] * p["vector_elements"]) == 0, where
+    # Wide blocks for rows of more than one round, at most one row per SM, order keys only.
+    wide = (not compute_bound and rows <= caps["sms"] and
+            cols * elem_bytes > BLOCK_ROUND_BYTES)
+    assert p["block"] == (WIDE_BLOCK_THREADS if wide else 256), where
   return p
 
 
@@ -369,23 +374,53 @@ def test_random_shapes_keep_every_invariant():
   assert seen == set(PATHS)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("elem_bytes", ELEM_BYTES)
+def test_wide_blocks_for_rows_longer_than_one_round(device, elem_bytes):
+  """A block per row, at most one row per SM: 512 threads for rows of more than 32 KB (one
+  round of 256 threads' loads), 256 up to it and wherever blocks loop over more rows than
+  SMs; the sampler (compute-bound) keeps 256; the ``block`` option forces either width
+  where the planner may widen, and nothing elsewhere."""
+  sms = DEVICES[device]["sms"]
+  round_cols = BLOCK_ROUND_BYTES // elem_bytes
+  rows = sms  # half the SMs' count or more: a block per row
+  for cols, want in ((round_cols, 256), (round_cols + 1, WIDE_BLOCK_THREADS),
+                     (4 * round_cols, WIDE_BLOCK_THREADS)):
+    p = check_invariants(plan(rows, cols, elem_bytes, device), rows, cols, elem_bytes, device)
+    assert p["path"] == "block" and p["block"] == want, p
+    assert p["row_step"] == want * 8 * (16 // elem_bytes), p  # kBlockInFlight 16-byte loads
+    for block in (256, WIDE_BLOCK_THREADS):
+      p = plan(rows, cols, elem_bytes, device, block=block)
+      assert p["path"] == "block" and p["block"] == block, p
+  cols = 4 * round_cols
+  p = check_invariants(plan(sms + 1, cols, elem_bytes, device), sms + 1, cols, elem_bytes,
+                       device)
+  assert p["path"] == "block" and p["block"] == 256, p
+  assert plan(sms + 1, cols, elem_bytes, device, block=WIDE_BLOCK_THREADS)["block"] == 256
+  p = check_invariants(plan(1, cols, elem_bytes, device, path="block", compute_bound=True),
+                       1, cols, elem_bytes, device, compute_bound=True)
+  assert p["path"] == "block" and p["block"] == 256, p
+  with pytest.raises(ValueError, match="block must be"):
+    _ffi.debug_set_plan_options(block=1024)
+
+
 # ----------------------------------------------------------------------------- options
 
 def test_default_options_and_debug_entry():
   """Defaults: PDL on, merge "auto"; a plan with options None takes the process-wide ones;
   setting them is process-wide and returns what is in force; unknown merge modes raise."""
   before = _ffi.debug_plan_options()
-  assert before == {"pdl": True, "merge": "auto", "team": 0, "path": "auto"}
+  assert before == {"pdl": True, "merge": "auto", "team": 0, "path": "auto", "block": 0}
   try:
     assert _ffi.debug_set_plan_options(pdl=False) == {"pdl": False, "merge": "auto", "team": 0,
-                                                      "path": "auto"}
+                                                      "path": "auto", "block": 0}
     assert _ffi.debug_set_plan_options() == {"pdl": False, "merge": "auto", "team": 0,
-                                             "path": "auto"}  # None keeps
+                                             "path": "auto", "block": 0}  # None keeps
     p = plan(8, 202048, 4, "h200")  # the process-wide option
     assert p["path"] == "split" and not p["pdl"]
     assert plan(8, 202048, 4, "h200", pdl=True)["pdl"]  # explicit options override
     assert _ffi.debug_set_plan_options(pdl=True, merge="kernel") == {
-        "pdl": True, "merge": "kernel", "team": 0, "path": "auto"}
+        "pdl": True, "merge": "kernel", "team": 0, "path": "auto", "block": 0}
     assert not plan(8, 202048, 4, "h200", pdl=False)["pdl"]
     assert not plan(8, 202048, 4, "h200")["last_block_merges"]
     assert _ffi.debug_set_plan_options(merge="last_block")["merge"] == "last_block"
