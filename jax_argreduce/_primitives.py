@@ -50,7 +50,18 @@ def lower_handler(ctx, op: str, platform: str, operands, operand_factors, result
                            need_replication_factors=replicated)
     results[0].owner.attributes["sdy.sharding_rule"] = sdy_sharding_rule_to_mlir(
         rule, [v.type for v in operands], [r.type for r in results])
-  return results[:len(ctx.avals_out)]
+  results = results[:len(ctx.avals_out)]
+  if workspace:
+    # Behind an optimization barrier (no kernel, no copy): XLA's GPU dynamic-slice fusion
+    # pass takes any FFI call whose result reaches an aligned dynamic-update-slice through
+    # no-op ops (e.g. a lax.scan stacking the tokens of 32, 64, ... rows per step) and clones
+    # the call into a fusion writing the slice, keeping the original for the result's other
+    # users: the call then runs twice (NOTES.md try 70: 256x202048 float32 in a rolled scan,
+    # +50 us per step). The barrier is not a no-op to it, so the call stays single.
+    results = mlir.lower_fun(lambda *r: jax.lax.optimization_barrier(r),
+                             multiple_results=True)(
+        ctx.replace(avals_in=ctx.avals_out), *results)
+  return results
 
 
 def _factor_names(factors) -> list[str]:

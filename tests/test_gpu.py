@@ -405,6 +405,45 @@ def test_repeated_calls_in_one_program_poisoned(options, rng):
         reference.assert_matches((o[4], o[5]), reference.min_with_index(x), op="min_with_index")
 
 
+@pytest.mark.parametrize("op", ["argmax", "max_with_index", "categorical"])
+def test_one_call_per_step_in_a_rolled_scan(op, rng):
+  """A rolled lax.scan stacking each step's result (a decode loop collecting tokens) runs our
+  call once per step: XLA's dynamic-slice fusion pass clones an FFI call whose result reaches
+  an aligned dynamic-update-slice (here 256 rows of int32 per step), unless the call's results
+  are behind the lowering's optimization barrier. Counted in the optimized HLO; results
+  against numpy (argmax ops) and between the rolled and unrolled scan (categorical)."""
+  rows, cols, steps = 256, 4096, 4
+  logits = jnp.asarray(random_rows(rng, steps * rows, cols, np.float32).reshape(
+      steps, rows, cols))
+  if op == "categorical":
+    keys = jax.random.split(jax.random.key(0), steps)
+    pick = lambda x, k: jax_argreduce.categorical(k, x, temperature=0.5, method="kernel")
+    xs = (logits, keys)
+  else:
+    f = kernel_op(op)
+    pick = lambda x, k: f(x)
+    xs = (logits, jnp.zeros(steps))
+
+  def run(unroll):
+    def step(carry, args):
+      out = pick(*args)
+      idx = out[1] if op == "max_with_index" else out
+      return carry + idx.sum(), out
+    return jax.jit(lambda xs: jax.lax.scan(step, jnp.int32(0), xs, unroll=unroll))
+
+  target = _ffi.target("argreduce" if op == "argmax" else op, "cuda")
+  hlo = run(1).lower(xs).compile().as_text()
+  assert hlo.count(f'custom_call_target="{target}"') == 1, hlo
+  _, got = jax.device_get(run(1)(xs))
+  if op == "categorical":
+    np.testing.assert_array_equal(got, jax.device_get(run(True)(xs))[1])
+  else:
+    for i in range(steps):
+      want = getattr(reference, op)(np.asarray(logits[i]), axis=-1)
+      reference.assert_matches(got[i] if op == "argmax" else (got[0][i], got[1][i]), want,
+                               op=op)
+
+
 def test_vmap_and_grad_on_gpu(rng):
   x = random_rows(rng, 6, 50000, np.float32).reshape(2, 3, 50000)
   argmax, max_with_index = kernel_op("argmax"), kernel_op("max_with_index")
