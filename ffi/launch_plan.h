@@ -8,8 +8,9 @@
 //             warps of a block, merged through shared memory) for order-key policies (not the
 //             compute-bound sampler): medium rows too few to fill the device with 32-lane
 //             teams.
-//   kBlock:   one block of kBlockThreads per row; blocks loop over rows. Many wide rows, and
-//             (order-key policies) from half the SMs' count of rows of up to 256 KB.
+//   kBlock:   one block of kBlockThreads per row (kWideBlockThreads where one wave holds every
+//             row and rows are longer than one round); blocks loop over rows. Many wide rows,
+//             and (order-key policies) from half the SMs' count of rows of up to 256 KB.
 //   kSplit:   few wide rows: `parts` blocks per row, one load round each over the whole GPU,
 //             each block's best pair stored in the workspace, then merged, one warp per row,
 //             by a second kernel or by the scan's last block (`last_block_merges`: a

@@ -165,8 +165,8 @@ def test_every_team_width(dtype, rng):
 def test_every_block_width(dtype, rng):
   """Each block kernel (256 and 512 threads, forced by the ``path`` and ``block``
   options; the plan read back says it took it) on rows of one pass and of several (the
-  plan's row_step, +-1), odd widths (head and tail columns) and rows the grid loops over
-  past the SMs' count: all four ops exact."""
+  plan's row_step, +-1) and odd widths (head and tail columns): all four ops exact. (Every
+  case fits one wave; the row loop is test_row_loop_really_loops'.)"""
   with x64_for(dtype):
     for options, kw in BLOCK_OPTION_SETS.items():
       step = plan(8, 1 << 20, dtype, options)["row_step"]

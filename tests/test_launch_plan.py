@@ -406,6 +406,24 @@ def test_wide_blocks_for_rows_longer_than_one_round(device, elem_bytes):
 
 # ----------------------------------------------------------------------------- options
 
+def test_process_wide_options_round_trip():
+  """Every option field survives the process-wide store (one packed word) together with the
+  others at non-default values, and a plan with no explicit options reads the stored block
+  width."""
+  before = _ffi.debug_plan_options()
+  want = {"pdl": False, "merge": "last_block", "team": 64, "path": "block", "block": 512}
+  try:
+    assert _ffi.debug_set_plan_options(**want) == want
+    assert _ffi.debug_plan_options() == want
+    p = plan(100, 65536, 4, "h200")  # the process-wide options
+    assert p["path"] == "block" and p["block"] == WIDE_BLOCK_THREADS and not p["pdl"], p
+    want = {"pdl": True, "merge": "kernel", "team": 1, "path": "split", "block": 256}
+    assert _ffi.debug_set_plan_options(**want) == want
+  finally:
+    _ffi.debug_set_plan_options(**before)
+  assert _ffi.debug_plan_options() == before
+
+
 def test_default_options_and_debug_entry():
   """Defaults: PDL on, merge "auto"; a plan with options None takes the process-wide ones;
   setting them is process-wide and returns what is in force; unknown merge modes raise."""
