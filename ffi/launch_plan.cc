@@ -143,7 +143,7 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
   plan.grid = std::min(rows, sms * std::max(caps.block_blocks_per_sm, 1));
   if (!compute_bound && rows <= sms) {
     // At most one row per SM: rows longer than one round take wider blocks (fewer rounds).
-    const bool wide = cols > int64_t{kBlockThreads} * kBlockInFlight * load_elements;
+    const bool wide = cols > block_round;
     plan.block = options.block > 0 ? options.block : wide ? kWideBlockThreads : kBlockThreads;
   }
   plan.row_step = static_cast<int64_t>(plan.block) *

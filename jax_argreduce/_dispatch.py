@@ -33,16 +33,17 @@ INT32_MAX = int(np.iinfo(np.int32).max)
 #   evict-first loads: 256x202048 -3.6 / +0.3, 64x202048 +1.6 / +0.5: fewer rows take the split
 #   path, which costs ~1 us more than XLA's two reduction kernels inside a CUDA graph), and
 #   from 96 rows of up to 256 KB (below: try 68's 512-thread blocks, 100x65536 -0.7 / +0.1).
-# - Long rows (>= 16384 columns): float32 from 128 rows and 6 MiB (128x32000 -2.4 / +0.6, 512x32000
-#   -4.1 / +2.7, 192x50257 +0.2 / +0.6; fewer rows the XLA path: 64x32000 +1.1 / +0.3, 66x32000 +1.2
-#   / +0.1, 80x50257 +1.8 / +0.3), below 2048 rows, where a row of >= 32 KB gets a block of its own
-#   (try 63: 1024x16384 -2.0 / +0.4, 1024x32000 -5.6 / +5.4); from 2048 rows the many-row rule
-#   below. Also from 96 rows of up to 256 KB, which get a block of 512 threads each (try 68:
-#   100x32000 -0.5 / +0.4, 100x65536 -0.7 / +0.1, 96x16384 +1.3 / +2.8; 80x50257 +0.4 / +0.4, a
-#   tie, and 66x32000 +0.5 / +0.1 stay on the XLA path). 16-bit formats from 80 rows, where a row gets a
-#   block of its own instead of the split path (try 65: bfloat16 80x50257 -0.4 / +0.4, 96x16384 +0.2
-#   / +1.9, 100x32000 -0.9 / +0.4, 128x16384 -0.0 / +0.1, 256x32000 -4.1 / +1.1, 1024x16384 -1.7 /
-#   +1.8; 64x32000, on the split path, +0.7 / +0.0; 66x32000 a tie).
+# - Long rows (>= 16384 columns): float32 from 128 rows and 6 MiB (128x32000 -2.4 / +0.6,
+#   512x32000 -4.1 / +2.7, 192x50257 +0.2 / +0.6; fewer rows the XLA path: 64x32000 +1.1 / +0.3,
+#   66x32000 +1.2 / +0.1, 80x50257 +1.8 / +0.3), below 2048 rows, where a row of >= 32 KB gets a
+#   block of its own (try 63: 1024x16384 -2.0 / +0.4, 1024x32000 -5.6 / +5.4); from 2048 rows
+#   the many-row rule below. Also from 96 rows of up to 256 KB, which get a block of 512 threads
+#   each (try 68: 100x32000 -0.5 / +0.4, 100x65536 -0.7 / +0.1, 96x16384 +1.3 / +2.8; 80x50257
+#   +0.4 / +0.4, a tie, and 66x32000 +0.5 / +0.1 stay on the XLA path). 16-bit formats from 80
+#   rows, where a row gets a block of its own instead of the split path (try 65: bfloat16
+#   80x50257 -0.4 / +0.4, 96x16384 +0.2 / +1.9, 100x32000 -0.9 / +0.4, 128x16384 -0.0 / +0.1,
+#   256x32000 -4.1 / +1.1, 1024x16384 -1.7 / +1.8; 64x32000, on the split path, +0.7 / +0.0;
+#   66x32000 a tie).
 # - One row: the XLA path (split by hand into rows of 128 columns, _xla.py: up to 1.6 us per
 #   step less than the kernels, 1x262144 bfloat16 a tie) up to 2^20 - 1 columns (262145 on:
 #   not measured in-chain, follows the longest measured); from 2^20 the kernels.

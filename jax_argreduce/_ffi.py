@@ -119,8 +119,7 @@ def debug_set_plan_options(*, pdl: bool | None = None, merge: str | None = None,
   "block" where a row would get one part), "auto" (the default) the planner's. ``block``:
   threads per block where the block path may widen its block (at most one row per SM, the
   order-key ops): 256 or 512; 0 (the default) the planner's (512 for rows of more than 32 KB);
-  ValueError otherwise. Returns the options now in
-  force."""
+  ValueError otherwise. Returns the options now in force."""
   _argreduce.debug.set_plan_options(pdl, merge, team, path, block)
   return dict(_argreduce.debug.plan_options())
 
