@@ -23,7 +23,8 @@
 //   in the last block (1), or "auto" (2: the last block for few rows from the host, the merge
 //   kernel inside CUDA graphs); --quick: one case per path, for the sanitizers)
 // Prints one line per case and "kernel_check: N cases, M mismatches"; exit 1 on a mismatch,
-// 2 on a CUDA error, 3 when a path expected under the options was never taken.
+// 2 on a CUDA error, 3 when a path (or one of the block path's two widths) expected under the
+// options was never taken.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -221,6 +222,7 @@ int main(int argc, char** argv) {
 
   for (const PlanOptions& options : args.sets) {
     std::set<Path> taken;
+    std::set<int> block_widths;  // threads per block the block path launched with
     std::printf("== options pdl=%d merge=%s (device %d, %s, %d SMs, cc %d.%d)\n",
                 options.pdl, MergeModeName(options.merge), device, prop.name,
                 prop.multiProcessorCount, prop.major, prop.minor);
@@ -255,6 +257,7 @@ int main(int argc, char** argv) {
         for (int is_min = 0; is_min < 2; ++is_min) {
           CHECK(PlanArgReduce(device, options, f, is_min, c.rows, c.cols, false, &plan));
           taken.insert(plan.path);
+          if (plan.path == Path::kBlock) block_widths.insert(plan.block);
           if (plan.pdl != (options.pdl && prop.major >= 9)) {  // PDL exactly where asked and able
             std::printf("  plan pdl=%d with option pdl=%d on cc %d\n", plan.pdl, options.pdl,
                         prop.major);
@@ -386,6 +389,16 @@ int main(int argc, char** argv) {
       if (!taken.count(p)) {
         std::printf("  path %s never taken with pdl=%d merge=%s\n", PathName(p), options.pdl,
                     MergeModeName(options.merge));
+        ++missing;
+      }
+    }
+    // And both block widths (launch_plan.h: kWideBlockThreads where at most one row per SM has
+    // rows longer than one load round), so a planner change cannot drop either kernel width
+    // from the sanitizers' cases unnoticed.
+    for (int width : {kBlockThreads, kWideBlockThreads}) {
+      if (!block_widths.count(width)) {
+        std::printf("  block path never launched %d threads with pdl=%d merge=%s\n", width,
+                    options.pdl, MergeModeName(options.merge));
         ++missing;
       }
     }
