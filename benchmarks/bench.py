@@ -13,6 +13,9 @@ Modes (one process, same inputs for ours and the reference; timing in benchmarks
             argmax (vs ``jnp.argmax``) and, where the package has it, ``categorical`` (keys
             folded per step; vs ``jax.random.categorical(key, logits / T)``). ``--rolled``:
             the same chain as a rolled scan (a while loop, as decode loops are usually written).
+            ``--keys split``: the step keys from one ``jax.random.split(key, K)`` before the
+            loop, scanned over, instead of ``fold_in(key, i)`` per step (NOTES.md 72: a per-step
+            fold_in is a kernel of its own before our call).
   isolated  SPEC §3: per op and shape, span per call (median), kernel sum, device events per
             call, wall time per call inside a jitted program reducing R distinct inputs,
             GB/s and % of the copy bandwidth measured in the same trace, launch path/geometry.
@@ -256,6 +259,9 @@ def parse_args(argv=None):
   p.add_argument("--rolled", action="store_true",
                  help="chain: a rolled lax.scan (unroll=1, a while loop, as decode loops are "
                  "usually written) instead of SPEC §3b's unrolled one")
+  p.add_argument("--keys", choices=("fold_in", "split"), default="fold_in",
+                 help="chain, categorical only: step keys as fold_in(key, i) in the step "
+                 "(default) or one jax.random.split(key, K) before the loop, scanned over")
   p.add_argument("--temperature", type=float, default=0.8, help="categorical T (0.8)")
   p.add_argument("--logits", choices=("normal", "peaked"), default="normal",
                  help="isolated inputs: normal(0, 1), or peaked: the same with 20 columns per "
@@ -648,17 +654,21 @@ def run_chain(ctx: Ctx) -> dict:
   dim = QUICK_CHAIN_DIM if a.quick else CHAIN_DIM
   shapes = a.shape_list or (QUICK_CHAIN_SHAPES if a.quick else targets_mod.CHAIN_SHAPES)
   ops = [o for o in a.op_list if o in ("argmax", "categorical")]
+  if a.rolled or a.keys != "fold_in":  # said in BENCHMARKS.md, results_summary.json and here
+    ctx.note(f"chain: {'rolled scan (--rolled)' if a.rolled else 'unrolled scan'}, step keys "
+             f"--keys {a.keys}")
   if "categorical" in ops and not has_op("categorical"):
     ctx.note("chain: jax_argreduce has no categorical yet: skipped")
     ops.remove("categorical")
 
   def chain(pick):
     def run(h0, W, E, key):
-      def step(h, i):
+      def step(h, x):
         logits = h @ W
-        tok = pick(logits, jax.random.fold_in(key, i))
+        tok = pick(logits, x if a.keys == "split" else jax.random.fold_in(key, x))
         return 0.5 * h + E[tok], tok
-      return lax.scan(step, h0, jnp.arange(K), unroll=1 if a.rolled else True)
+      xs = jax.random.split(key, K) if a.keys == "split" else jnp.arange(K)
+      return lax.scan(step, h0, xs, unroll=1 if a.rolled else True)
     return run
 
   picks = {"argmax": ("jnp.argmax", lambda l, k: jnp.argmax(l, axis=-1),
@@ -1071,6 +1081,10 @@ def write_outputs(out: Path, res: dict, targets: list[dict], args) -> None:
               else "fully unrolled (`unroll=True`)")
     L += ["", f"- {mode}: " + METHOD[mode].format(K=args.steps, T=args.temperature, U=unroll,
                                                    D=res["modes"].get("chain", {}).get("dim", CHAIN_DIM))]
+    if mode == "chain":
+      L[-1] += (" Step keys (categorical): " + ("one `jax.random.split(key, K)` before the loop, "
+                "scanned over." if args.keys == "split" else "`jax.random.fold_in(key, i)` "
+                "in step i."))
   if res["notes"]:
     L += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
   (out / "BENCHMARKS.md").write_text("\n".join(L) + "\n")
@@ -1150,7 +1164,10 @@ def main(argv=None) -> int:
   log(f"[bench] wrote {out / 'results.json'} and {out / 'BENCHMARKS.md'}")
   if args.summary:
     Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.summary).write_text(json.dumps(summary(res), indent=1, ensure_ascii=False) + "\n")
+    data = summary(res)
+    if "chain" in res["modes"] and (args.rolled or args.keys != "fold_in"):
+      data["chain"] = {"rolled": args.rolled, "keys": args.keys}  # not SPEC §3b's chain
+    Path(args.summary).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     log(f"[bench] wrote {args.summary}")
   return 1 if any(n.startswith("MISMATCH") for n in ctx.notes) else 0
 
