@@ -14,7 +14,7 @@ by the kernels it adds or removes before any device time is spent (NOTES.md 73).
 timing: a kernel of one thread costs ~1 µs in a chain step on the H200 (NOTES.md 72).
 
 The loops are bench.py's chain step (``logits = h @ W``, ``tok = pick(logits, step key)``,
-``h = 0.5 * h + E[tok]``, K = 16 steps, dim 256, T = 0.8) with the step key made four ways:
+``h = 0.5 * h + E[tok]``, K = 16 steps, dim 256, T = 0.8) with the step key made five ways:
 ``fold_in(key, i)`` in the step, a ``jax.random.split(key, K)`` before the loop scanned over,
 ``key, sub = split(key)`` carried (unrolled, SPEC §3b, and rolled), and one step with a key
 per row (``arg``) or one key (``arg1``) passed in.
@@ -51,14 +51,14 @@ KEYS = ("fold_in", "split", "carry", "arg", "arg1")
 
 def device_kernels(hlo_text: str) -> dict[str, list[str]]:
   """Per non-fused computation (entry, loop bodies and conditions): its kernels, i.e. its
-  fusion and custom-call instructions, in order, with numbered suffixes dropped."""
+  fusion (async fusion-start too), custom-call and copy instructions, in order, with numbered suffixes dropped."""
   out = {}
   for comp in re.split(r"\n(?=%\S+ \(|ENTRY )", hlo_text):
     head = comp.split("(", 1)[0].strip()
     if not head or "fused" in head or "wrapped" in head or head.startswith("HloModule"):
       continue
-    names = re.findall(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*.*?\s(?:fusion|custom-call)\(", comp,
-                       re.M)
+    names = re.findall(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*.*?\s"
+                       r"(?:fusion|fusion-start|custom-call|copy|copy-start)\(", comp, re.M)
     if names:
       out[head] = [re.sub(r"[.\d]+$", "", n) for n in names]
   return out
