@@ -8,16 +8,18 @@ only needs the FFI targets registered; it never calls them). Each program is com
 H200 described by the GpuTargetConfigProto below (``jax.experimental.topologies``), for ours
 (``jax_argreduce.categorical(key, logits, temperature=T)``) and the reference
 (``jax.random.categorical(key, logits / T)``). Printed per program: the kernels of each
-computation that runs on the device (the entry and loop bodies: fusions and custom calls,
-numbered suffixes dropped), so a change to how the call's operands are formed can be judged
-by the kernels it adds or removes before any device time is spent (NOTES.md 73). Not a
-timing: a kernel of one thread costs ~1 µs in a chain step on the H200 (NOTES.md 72).
+computation that runs on the device (the entry, loop bodies and conditions: fusions, async
+fusion-starts, custom calls and copies, numbered suffixes dropped), so a change to how the
+call's operands are formed can be judged by the kernels it adds or removes before any device
+time is spent (NOTES.md 73). Not a timing: a kernel of one thread costs ~1 µs in a chain step
+on the H200 (NOTES.md 72).
 
 The loops are bench.py's chain step (``logits = h @ W``, ``tok = pick(logits, step key)``,
 ``h = 0.5 * h + E[tok]``, K = 16 steps, dim 256, T = 0.8) with the step key made five ways:
-``fold_in(key, i)`` in the step, a ``jax.random.split(key, K)`` before the loop scanned over,
-``key, sub = split(key)`` carried (unrolled, SPEC §3b, and rolled), and one step with a key
-per row (``arg``) or one key (``arg1``) passed in.
+``fold_in(key, i)`` in the step (unrolled: SPEC §3b's chain), a ``jax.random.split(key, K)``
+before the loop scanned over, and ``key, sub = split(key)`` carried, each unrolled and rolled;
+and one step (the matmul and the pick) with a key per row (``arg``) or one key (``arg1``)
+passed in.
 """
 
 from __future__ import annotations
@@ -50,12 +52,16 @@ KEYS = ("fold_in", "split", "carry", "arg", "arg1")
 
 
 def device_kernels(hlo_text: str) -> dict[str, list[str]]:
-  """Per non-fused computation (entry, loop bodies and conditions): its kernels, i.e. its
-  fusion (async fusion-start too), custom-call and copy instructions, in order, with numbered suffixes dropped."""
+  """Per computation that runs on the device (the entry, and the computations that while and
+  conditional instructions name): its kernels, i.e. its fusion (async fusion-start too),
+  custom-call and copy instructions, in order, with numbered suffixes dropped."""
+  called = set(re.findall(r"\b(?:body|condition)=(%[\w.\-]+)", hlo_text))
+  for branches in re.findall(r"branch_computations=\{([^}]*)\}", hlo_text):
+    called.update(b.strip() for b in branches.split(","))
   out = {}
   for comp in re.split(r"\n(?=%\S+ \(|ENTRY )", hlo_text):
     head = comp.split("(", 1)[0].strip()
-    if not head or "fused" in head or "wrapped" in head or head.startswith("HloModule"):
+    if not (head.startswith("ENTRY ") or head in called):
       continue
     names = re.findall(r"^\s*(?:ROOT\s+)?%(\S+)\s*=\s*.*?\s"
                        r"(?:fusion|fusion-start|custom-call|copy|copy-start)\(", comp, re.M)
@@ -64,13 +70,15 @@ def device_kernels(hlo_text: str) -> dict[str, list[str]]:
   return out
 
 
-def programs(jax, jnp, rows: int, cols: int):
-  """(name, function, argument specs) of the loops, for ours and the reference."""
+def programs(jax, jnp):
+  """(name, function of (h0, W, E, key), whether the key is one per row) of the loops, for
+  ours and the reference."""
   import jax_argreduce
   lax = jax.lax
   picks = {"ours": lambda k, l: jax_argreduce.categorical(k, l, temperature=T),
-           "ref": lambda k, l: (jax.random.categorical(k, l / T, axis=-1) if k.ndim == 0 else
-                                jax.vmap(lambda kr, lr: jax.random.categorical(kr, lr / T))(k, l))}
+           "ref": lambda k, l: (
+               jax.random.categorical(k, l / T, axis=-1) if k.ndim == 0
+               else jax.vmap(lambda kr, lr: jax.random.categorical(kr, lr / T))(k, l))}
   for keys in KEYS:
     for unroll in ((True,) if keys.startswith("arg") else (True, 1)):
       for who, pick in picks.items():
@@ -89,7 +97,8 @@ def programs(jax, jnp, rows: int, cols: int):
             return step((h0, None), key)[1]
           xs = jax.random.split(key, K) if keys == "split" else jnp.arange(K)
           return lax.scan(step, (h0, key), xs, unroll=unroll)
-        loop = "one step" if keys.startswith("arg") else ("unrolled" if unroll is True else "rolled")
+        loop = ("one step" if keys.startswith("arg")
+                else "unrolled" if unroll is True else "rolled")
         yield f"{who} keys={keys} {loop}", run, keys == "arg"
 
 
@@ -115,10 +124,14 @@ def main(argv=None) -> int:
   for shape in a.shapes.split(","):
     rows, cols = map(int, shape.lower().split("x"))
     print(f"== logits float32 {rows}x{cols}: kernels per device computation")
-    for name, fn, per_row_keys in programs(jax, jnp, rows, cols):
+    for name, fn, per_row_keys in programs(jax, jnp):
       key = jax.ShapeDtypeStruct((rows,) if per_row_keys else (), key_dtype, sharding=s)
       text = jax.jit(fn).lower(spec((rows, DIM), jnp.float32), spec((DIM, cols), jnp.float32),
                                spec((cols, DIM), jnp.float32), key).compile().as_text()
+      if name.startswith("ours") and "custom_call_target=\"jax_argreduce_categorical" not in text:
+        print("gpu_hlo: our call is not in the program: build the package with its CUDA "
+              "handlers (JAX_ARGREDUCE_CUDA=ON)", file=sys.stderr)
+        return 2
       if a.hlo_dir:
         os.makedirs(a.hlo_dir, exist_ok=True)
         with open(os.path.join(a.hlo_dir, f"{rows}x{cols} {name}.hlo".replace(" ", "_")),
