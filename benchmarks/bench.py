@@ -14,8 +14,9 @@ Modes (one process, same inputs for ours and the reference; timing in benchmarks
             folded per step; vs ``jax.random.categorical(key, logits / T)``). ``--rolled``:
             the same chain as a rolled scan (a while loop, as decode loops are usually written).
             ``--keys split``: the step keys from one ``jax.random.split(key, K)`` before the
-            loop, scanned over, instead of ``fold_in(key, i)`` per step (NOTES.md 72: a per-step
-            fold_in is a kernel of its own before our call).
+            loop, scanned over, instead of ``fold_in(key, i)`` per step (NOTES.md try 72: a
+            per-step fold_in is a kernel of its own before our call). top_k (vs
+            ``jax.lax.top_k``) picks the token at place ``step % k`` of its k indices.
   isolated  SPEC §3: per op and shape, span per call (median), kernel sum, device events per
             call, wall time per call inside a jitted program reducing R distinct inputs,
             GB/s and % of the copy bandwidth measured in the same trace, launch path/geometry.
@@ -23,7 +24,8 @@ Modes (one process, same inputs for ours and the reference; timing in benchmarks
             ``jnp.argmax`` in one jit: what users write, and XLA may fuse the two reductions
             into one multi-output kernel, so it is the cheapest exact-enough jnp reference),
             categorical (vs ``jax.random.categorical(key, logits / T)``, plus our argmax of
-            the same logits as ``ours:argmax``).
+            the same logits as ``ours:argmax``), top_k at each ``--ks`` k (vs
+            ``jax.lax.top_k``, plus ``ours:argmax``: the one-read floor).
   example   examples/sample.py's own decode step (vocab 202048, batch 8, dim 256, 2 layers,
             heads 4), greedy and sample, float32 and bfloat16: device span per step, ours vs
             the reference picker, same run.
@@ -77,7 +79,7 @@ import targets as targets_mod  # noqa: E402
 import timing  # noqa: E402
 
 MODES = ("chain", "isolated", "example", "sharded")
-OPS = ("argmax", "argmin", "max_with_index", "categorical")
+OPS = ("argmax", "argmin", "max_with_index", "categorical", "top_k")
 DTYPES = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "f16": "float16"}
 SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -89,7 +91,9 @@ ISOLATED_SHAPES = {
     "argmin": ((1, 202048), (8, 202048), (4096, 4096), (65536, 64)),
     "max_with_index": ((1, 202048), (8, 202048), (256, 202048), (4096, 4096)),
     "categorical": ((1, 32000), (1, 202048), (8, 202048), (32, 202048), (256, 202048)),
+    "top_k": ((1, 202048), (8, 202048), (64, 128256), (256, 202048)),  # SPEC §3c
 }
+TOP_K_KS = (1, 16, 50, 256, 1024)  # --ks default
 QUICK_SHAPES = ((1, 3000), (8, 2000), (64, 128))
 QUICK_CHAIN_SHAPES = ((1, 3000), (4, 2000))
 QUICK_SHARDED = (("float32", 8, 4000), ("bfloat16", 16, 4000))
@@ -127,7 +131,7 @@ def reduce(x, op: str = "argmax", method: str = "auto"):
   return getattr(jax_argreduce, op)(x, axis=-1)
 
 
-def route(op: str, platform: str, shape, dtype) -> str | None:
+def route(op: str, platform: str, shape, dtype, k: int = 0) -> str | None:
   """"kernel" or "xla": the path method "auto" takes (None where unknown)."""
   import numpy as np
   try:
@@ -136,6 +140,8 @@ def route(op: str, platform: str, shape, dtype) -> str | None:
     _dispatch = None
   if _dispatch is not None:
     try:
+      if op == "top_k":
+        return _dispatch.route(op, platform, tuple(shape), np.dtype(dtype), k=k)
       return _dispatch.route(op, platform, tuple(shape), np.dtype(dtype))
     except Exception:  # noqa: BLE001 - informational
       return None
@@ -151,12 +157,19 @@ def route(op: str, platform: str, shape, dtype) -> str | None:
     return None
 
 
-def launch_plan(rows: int, cols: int, dtype: str, op: str) -> dict | None:
+def launch_plan(rows: int, cols: int, dtype: str, op: str, k: int = 0) -> dict | None:
   """What the CUDA handler launches for [rows, cols] (None off-GPU / without CUDA)."""
   from jax_argreduce import _ffi
   try:
     if not getattr(_ffi, "HAS_CUDA", False):
       return None
+    if op == "top_k":
+      if k > getattr(_ffi, "TOP_K_MAX_K", 0):
+        return None
+      plan = _ffi.debug_top_k_plan(rows, cols, k, ITEMSIZE[dtype])
+      return {"path": "select", "levels": [lv["chunks"] for lv in plan["levels"]],
+              "elements_per_thread": plan["elements_per_thread"],
+              "workspace_bytes": plan["workspace_bytes"]}
     if op == "categorical":
       return None  # planned for the sampler's policy: the traced kernel's geometry says it
     if hasattr(_ffi, "debug_launch_plan"):
@@ -244,9 +257,12 @@ def parse_args(argv=None):
                       "chain,isolated,example)")
   p.add_argument("--shapes", help="ROWSxCOLS,... for chain and isolated (default per mode/op)")
   p.add_argument("--dtypes", default="float32,bfloat16", help="float32,bfloat16,float16")
-  p.add_argument("--ops", default=",".join(OPS),
-                 help="isolated: argmax,argmin,max_with_index,categorical; chain: argmax, "
-                      "categorical (ops the package lacks are skipped with a note)")
+  p.add_argument("--ops", default=",".join(o for o in OPS if o != "top_k"),
+                 help="isolated: argmax,argmin,max_with_index,categorical,top_k; chain: argmax, "
+                      "categorical, top_k (ops the package lacks are skipped with a note; "
+                      "default: all but top_k)")
+  p.add_argument("--ks", default=",".join(map(str, TOP_K_KS)),
+                 help="top_k: the k of each case (1,16,50,256,1024)")
   p.add_argument("--methods", default="auto", help="our paths: auto,kernel,xla")
   p.add_argument("--variants", help='kernel variants: "name=k:v,k:v;name2=..." (see above)')
   p.add_argument("--iters", type=int, help="traced calls per case (isolated 30, chain 20, "
@@ -304,6 +320,10 @@ def parse_args(argv=None):
   for o in a.op_list:
     if o not in OPS:
       p.error(f"unknown op {o!r}; use {', '.join(OPS)}")
+  a.k_list = [int(k) for k in a.ks.split(",") if k.strip()]
+  # The cases' op labels: top_k once per k ("top_k@50").
+  a.pick_list = [lab for o in a.op_list
+                 for lab in ([f"top_k@{k}" for k in a.k_list] if o == "top_k" else [o])]
   a.method_list = [m.strip() for m in a.methods.split(",") if m.strip()]
   for m in a.method_list:
     if m not in ("auto", "kernel", "xla"):
@@ -349,12 +369,12 @@ class Ctx:
       self.notes.append(text)
 
 
-def ours_impls(ctx: Ctx, op: str) -> list[tuple[str, str, dict | None]]:
+def ours_impls(ctx: Ctx, pick: "Pick") -> list[tuple[str, str, dict | None]]:
   """(impl label, method, variant options or None) for every configuration of ours (the
-  sampler: method auto only)."""
+  methods the op has: the sampler, auto only)."""
   out = []
   for method in ctx.args.method_list:
-    if op == "categorical" and method != "auto":
+    if method not in pick.methods:
       continue
     base = "ours" if method == "auto" else f"ours:{method}"
     if ctx.args.variant_list:
@@ -470,75 +490,105 @@ def geometry(case: timing.Case | None, ours_only=False) -> str:
 # isolated
 
 
-def _pick_fns(ctx: Ctx, op: str):
-  """(reference label, reference body, builder of our body by method) for ``op``."""
-  jax, jnp, T = ctx.jax, ctx.jnp, ctx.args.temperature
+@dataclasses.dataclass
+class Pick:
+  """One op of the benchmark: our body and the reference's, both ``(logits, key) -> result``
+  over the last axis, and what the modes need of it."""
+  op: str                  # the package's op ("top_k" for every k)
+  label: str               # the cases' op label ("top_k@50")
+  ref_label: str
+  ref: object              # (logits, key) -> result
+  ours: object             # method -> (logits, key) -> result
+  check: object            # (got, want) -> bool
+  token: object = None     # chain: (result, step index) -> tokens [B]; None: not in the chain
+  keyed: bool = False      # the isolated inputs carry a PRNG key
+  methods: tuple = ("auto", "kernel", "xla")
+  with_argmax: bool = False  # isolated: our argmax of the same logits beside (a floor)
+  k: int = 0
+
+
+def pick_of(ctx: Ctx, label: str) -> Pick:
+  """The table of ops: ``label`` one of ``args.pick_list``."""
+  jax, jnp, np, T = ctx.jax, ctx.jnp, ctx.np, ctx.args.temperature
   import jax_argreduce
-  if op in ("argmax", "argmin"):
-    ref = jnp.argmax if op == "argmax" else jnp.argmin
-    return (f"jnp.{op}", lambda x: ref(x, axis=-1),
-            lambda method: (lambda x: reduce(x, op, method)))
-  if op == "max_with_index":
-    return ("jnp.max+jnp.argmax", lambda x: (jnp.max(x, axis=-1), jnp.argmax(x, axis=-1)),
-            lambda method: (lambda x: reduce(x, op, method)))
-  if op == "categorical":
-    return ("jax.random.categorical",
-            lambda x, key: jax.random.categorical(key, x / T, axis=-1),
-            lambda method: (lambda x, key: jax_argreduce.categorical(key, x, temperature=T)))
-  raise ValueError(op)
+  same = lambda got, want: bool(np.array_equal(np.asarray(got), np.asarray(want)))
+  tokens = lambda res, i: res
+  if label in ("argmax", "argmin"):
+    ref = jnp.argmax if label == "argmax" else jnp.argmin
+    return Pick(label, label, f"jnp.{label}", lambda x, key: ref(x, axis=-1),
+                lambda m: (lambda x, key: reduce(x, label, m)), same,
+                token=tokens if label == "argmax" else None)
+  if label == "max_with_index":
+    return Pick(label, label, "jnp.max+jnp.argmax",
+                lambda x, key: (jnp.max(x, axis=-1), jnp.argmax(x, axis=-1)),
+                lambda m: (lambda x, key: reduce(x, label, m)),
+                lambda got, want: same(got[1], want[1]) and bool(np.array_equal(
+                    np.asarray(got[0], np.float32), np.asarray(want[0], np.float32),
+                    equal_nan=True)))
+  if label == "categorical":
+    return Pick(label, label, "jax.random.categorical",
+                lambda x, key: jax.random.categorical(key, x / T, axis=-1),
+                lambda m: (lambda x, key: jax_argreduce.categorical(key, x, temperature=T)),
+                lambda got, want: np.asarray(got).shape == np.asarray(want).shape,
+                token=tokens, keyed=True, methods=("auto",), with_argmax=True)
+  if label.startswith("top_k@"):
+    k = int(label.split("@")[1])
 
+    def place(res, i):  # the token at place i % k of the k indices: every place is used
+      idx = res[1]
+      at = jnp.full((idx.shape[0], 1), i % k, dtype=np.int32)
+      return jnp.take_along_axis(idx, at, axis=-1)[:, 0]
 
-def _check(ctx: Ctx, op, got, want, cols) -> bool:
-  np = ctx.np
-  if op == "categorical":
-    g = np.asarray(got)
-    return bool(g.shape == np.asarray(want).shape and (g >= 0).all() and (g < cols).all())
-  if op == "max_with_index":
-    return (np.array_equal(np.asarray(got[1]), np.asarray(want[1]))
-            and np.array_equal(np.asarray(got[0], np.float32), np.asarray(want[0], np.float32),
-                               equal_nan=True))
-  return bool(np.array_equal(np.asarray(got), np.asarray(want)))
+    return Pick("top_k", label, "lax.top_k", lambda x, key: jax.lax.top_k(x, k),
+                lambda m: (lambda x, key: jax_argreduce.top_k(x, k, method=m)),
+                lambda got, want: same(got[1], want[1]) and same(
+                    np.asarray(got[0], np.float32), np.asarray(want[0], np.float32)),
+                token=place, with_argmax=True, k=k)
+  raise ValueError(label)
 
 
 def isolated_groups(ctx: Ctx) -> list[dict]:
   """(op, dtype, shape) groups, each with its cases: ours per impl, the reference, and for
-  categorical also our argmax of the same logits."""
+  the sampler and top_k also our argmax of the same logits."""
   a, jax = ctx.args, ctx.jax
   groups = []
-  for op in a.op_list:
-    if not has_op(op):
-      ctx.note(f"isolated: jax_argreduce has no {op} yet: skipped")
+  for label in a.pick_list:
+    pick = pick_of(ctx, label)
+    if not has_op(pick.op):
+      ctx.note(f"isolated: jax_argreduce has no {pick.op} yet: skipped")
       continue
-    shapes = a.shape_list or (QUICK_SHAPES if a.quick else ISOLATED_SHAPES[op])
-    ref_label, ref_body, ours_body = _pick_fns(ctx, op)
+    shapes = a.shape_list or (QUICK_SHAPES if a.quick else ISOLATED_SHAPES[pick.op])
     for dtype in a.dtype_list:
       for rows, cols in shapes:
-        tag = f"{op}_{SHORT[dtype]}_{rows}x{cols}"
+        if pick.k > cols:
+          continue
+        tag = f"{_safe(label)}_{SHORT[dtype]}_{rows}x{cols}"
         xs = make_inputs(ctx, (rows, cols), dtype, a.inputs, "bench",
                          peaked=a.logits == "peaked")
-        inputs = ([(x, jax.random.key(i)) for i, x in enumerate(xs)] if op == "categorical"
-                  else [(x,) for x in xs])
-        g = {"op": op, "dtype": dtype, "rows": rows, "cols": cols, "ref": ref_label,
-             "cases": {}, "route": route(op, ctx.platform, (rows, cols), dtype),
+        inputs = [(x, jax.random.key(i)) for i, x in enumerate(xs)]
+        g = {"op": label, "dtype": dtype, "rows": rows, "cols": cols, "ref": pick.ref_label,
+             "cases": {}, "route": route(pick.op, ctx.platform, (rows, cols), dtype, pick.k),
              "argmax_route": route("argmax", ctx.platform, (rows, cols), dtype),
-             "plan": launch_plan(rows, cols, dtype, op) if ctx.gpu else None}
-        g["cases"]["ref"] = compiled_case(ctx, "ref_" + tag, f"bench_ref_{tag}", ref_body, inputs)
+             "plan": launch_plan(rows, cols, dtype, pick.op, pick.k) if ctx.gpu else None,
+             "keyed": pick.keyed}
+        g["cases"]["ref"] = compiled_case(ctx, "ref_" + tag, f"bench_ref_{tag}", pick.ref,
+                                          inputs)
         built = {}
-        for impl, method, options in ours_impls(ctx, op):
+        for impl, method, options in ours_impls(ctx, pick):
           if method not in built:  # variants share one compiled function
             name = f"bench_{_safe(impl.split('[')[0])}_{tag}"
             try:
-              built[method] = compiled_case(ctx, impl + "_" + tag, name, ours_body(method),
+              built[method] = compiled_case(ctx, impl + "_" + tag, name, pick.ours(method),
                                             inputs)
             except NotImplementedError as e:
-              ctx.note(f"isolated {op} {impl}: {e}")
+              ctx.note(f"isolated {label} {impl}: {e}")
               continue
             c = built[method]
           else:
             c = variant_of(built[method], impl + "_" + tag)
           c.setup = variant_setup(ctx, options)
           g["cases"][impl] = c
-        if op == "categorical" and has_op("argmax"):
+        if pick.with_argmax and has_op("argmax"):
           g["cases"]["ours:argmax"] = compiled_case(
               ctx, "ours_argmax_" + tag, f"bench_ours_argmax_{tag}",
               lambda x, key: reduce(x, "argmax"), inputs)
@@ -550,9 +600,9 @@ def isolated_groups(ctx: Ctx) -> list[dict]:
             if impl.startswith("ours") and impl != "ours:argmax":
               if c.setup:
                 c.setup()
-              c.meta["match"] = _check(ctx, op, c.call(0), want, cols)
+              c.meta["match"] = pick.check(c.call(0), want)
               if not c.meta["match"]:
-                ctx.note(f"MISMATCH: isolated {tag} {impl} differs from {ref_label}")
+                ctx.note(f"MISMATCH: isolated {tag} {impl} differs from {pick.ref_label}")
         g["wall_inputs"] = None
         groups.append(g)
   return groups
@@ -585,12 +635,8 @@ def run_isolated(ctx: Ctx) -> dict:
         if not a.wall_r:
           break
         one = c.traceable
-        if g["op"] == "categorical":
-          body = lambda *args, one=one: tuple(one(x, k) for x, k in zip(args[::2], args[1::2]))
-          flat = tuple(v for pair in zip(xs, keys) for v in pair)
-        else:
-          body = lambda *args, one=one: tuple(one(x) for x in args)
-          flat = tuple(xs)
+        body = lambda *args, one=one: tuple(one(x, k) for x, k in zip(args[::2], args[1::2]))
+        flat = tuple(v for pair in zip(xs, keys) for v in pair)
         if c.setup:
           c.setup()
         fn = timing.named_jit("wall_" + c.module[len("jit_bench_"):], body)
@@ -660,35 +706,34 @@ def run_chain(ctx: Ctx) -> dict:
   K, T = a.steps, a.temperature
   dim = QUICK_CHAIN_DIM if a.quick else CHAIN_DIM
   shapes = a.shape_list or (QUICK_CHAIN_SHAPES if a.quick else targets_mod.CHAIN_SHAPES)
-  ops = [o for o in a.op_list if o in ("argmax", "categorical")]
+  picks = [pick_of(ctx, label) for label in a.pick_list]
+  picks = [p for p in picks if p.token is not None]
   if chain_variant(a):  # also in results_summary.json
     ctx.note(f"chain: not SPEC §3b's chain: {chain_variant(a)}")
-  if "categorical" in ops and not has_op("categorical"):
-    ctx.note("chain: jax_argreduce has no categorical yet: skipped")
-    ops.remove("categorical")
+  for p in list(picks):
+    if not has_op(p.op):
+      ctx.note(f"chain: jax_argreduce has no {p.op} yet: skipped")
+      picks.remove(p)
 
-  def chain(pick):
+  def chain(pick, token):
     def run(h0, W, E, key):
       def step(h, x):
         logits = h @ W
-        tok = pick(logits, x if a.keys == "split" else jax.random.fold_in(key, x))
+        i = x if a.keys != "split" else 0
+        tok = token(pick(logits, x if a.keys == "split" else jax.random.fold_in(key, x)), i)
         return 0.5 * h + E[tok], tok
       xs = jax.random.split(key, K) if a.keys == "split" else jnp.arange(K)
       return lax.scan(step, h0, xs, unroll=1 if a.rolled else True)
     return run
 
-  picks = {"argmax": ("jnp.argmax", lambda l, k: jnp.argmax(l, axis=-1),
-                      lambda m: (lambda l, k: reduce(l, "argmax", m))),
-           "categorical": ("jax.random.categorical",
-                           lambda l, k: jax.random.categorical(k, l / T, axis=-1),
-                           lambda m: (lambda l, k: jax_argreduce.categorical(
-                               k, l, temperature=T)))}
   weights = {}
   groups = []
-  for op in ops:
-    ref_label, ref_pick, ours_pick = picks[op]
+  for pick in picks:
+    op, ref_label, ref_pick, ours_pick = pick.label, pick.ref_label, pick.ref, pick.ours
     for dtype in a.dtype_list:
       for B, V in shapes:
+        if pick.k > V:
+          continue
         if (V, dtype) not in weights:
           weights[(V, dtype)] = (
               make_inputs(ctx, (dim, V), dtype, 1, "W", scale=dim ** -0.5)[0],
@@ -696,23 +741,23 @@ def run_chain(ctx: Ctx) -> dict:
         W, E = weights[(V, dtype)]
         h0s = make_inputs(ctx, (B, dim), dtype, a.inputs, "h0")
         inputs = [(h, W, E, jax.random.key(i)) for i, h in enumerate(h0s)]
-        tag = f"{op}_{SHORT[dtype]}_{B}x{V}"
+        tag = f"{_safe(op)}_{SHORT[dtype]}_{B}x{V}"
         g = {"op": op, "dtype": dtype, "rows": B, "cols": V, "ref": ref_label, "cases": {},
-             "iso": {}, "route": route(op, ctx.platform, (B, V), dtype)}
+             "iso": {}, "route": route(pick.op, ctx.platform, (B, V), dtype, pick.k)}
         g["cases"]["ref"] = compiled_case(ctx, "chain_ref_" + tag, f"chain_ref_{tag}",
-                                          chain(ref_pick), inputs)
+                                          chain(ref_pick, pick.token), inputs)
         # The isolated pick on [B, V] logits, beside.
         logits = make_inputs(ctx, (B, V), dtype, a.inputs, "bench")
         iso_in = [(x, jax.random.key(i)) for i, x in enumerate(logits)]
         g["iso"]["ref"] = compiled_case(ctx, "iso_ref_" + tag, f"iso_ref_{tag}", ref_pick, iso_in)
-        for impl, method, options in ours_impls(ctx, op):
+        for impl, method, options in ours_impls(ctx, pick):
           # One executable per variant: XLA captures the handler's launches into a CUDA graph
           # at an executable's first run, so variants cannot share one (their plan options are
           # applied before that first run by the case's setup).
           sfx = _safe(impl)
           try:
             c, ic = (compiled_case(ctx, f"chain_{impl}_{tag}", f"chain_{sfx}_{tag}",
-                                   chain(ours_pick(method)), inputs),
+                                   chain(ours_pick(method), pick.token), inputs),
                      compiled_case(ctx, f"iso_{impl}_{tag}", f"iso_{sfx}_{tag}",
                                    ours_pick(method), iso_in))
           except NotImplementedError as e:
@@ -720,14 +765,14 @@ def run_chain(ctx: Ctx) -> dict:
             continue
           c.setup = ic.setup = variant_setup(ctx, options)
           g["cases"][impl], g["iso"][impl] = c, ic
-          if op == "argmax" and not a.no_check:
+          if (op == "argmax" or op.startswith("top_k@")) and not a.no_check:
             if c.setup:
               c.setup()
             same = ctx.np.array_equal(ctx.np.asarray(c.call(0)[1]),
                                       ctx.np.asarray(g["cases"]["ref"].call(0)[1]))
             c.meta["match"] = bool(same)
             if not same:
-              ctx.note(f"MISMATCH: chain {tag} {impl}: tokens differ from jnp.argmax")
+              ctx.note(f"MISMATCH: chain {tag} {impl}: tokens differ from {ref_label}")
         groups.append(g)
   cases = [c for g in groups for d in (g["cases"], g["iso"]) for c in d.values()]
   tr = run_session(ctx, cases, "chain")

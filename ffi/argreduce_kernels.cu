@@ -7,16 +7,14 @@
 
 namespace jax_argreduce {
 
-cudaError_t LaunchArgReduce(cudaStream_t stream, int device, uint32_t counter_slot,
-                            const PlanOptions& options, Format format, bool is_min,
-                            const void* x, int64_t rows, int64_t cols, void* indices, bool index_is_int64, void* values,
-                            void* workspace, size_t workspace_bytes) {
-  const IndexValueEpilogue epilogue{indices, index_is_int64, values};
-  return DispatchFormat(format, is_min, [&](auto f, auto m) {
+cudaError_t LaunchArgReduce(const ArgReduceLaunch& l) {
+  const IndexValueEpilogue epilogue{l.indices, l.index_is_int64, l.values};
+  return DispatchFormat(l.format, l.is_min, [&](auto f, auto m) {
     using Policy = OrderKeyPolicy<decltype(f)::value, decltype(m)::value>;
-    return row_reduce::LaunchRowReduce(stream, device, counter_slot, options,
-                                       static_cast<const typename Policy::Bits*>(x), rows, cols,
-                                       Policy{}, epilogue, workspace, workspace_bytes);
+    return row_reduce::LaunchRowReduce(l.stream, l.device, l.counter_slot, l.options,
+                                       static_cast<const typename Policy::Bits*>(l.x), l.rows,
+                                       l.cols, Policy{}, epilogue, l.workspace,
+                                       l.workspace_bytes);
   });
 }
 

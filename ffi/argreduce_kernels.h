@@ -15,17 +15,29 @@
 
 namespace jax_argreduce {
 
-// indices[r] = argmax (argmin when is_min) of row r of x, x being `rows` x `cols` row-major
-// elements of `format` (1 <= cols <= INT32_MAX), on `stream` of `device` (the current device).
-// Indices are int64 when index_is_int64, else int32; when `values` is not null, values[r] is
-// the winning element (same format as x). `workspace`: kWorkspaceBytes of device memory, any
-// contents. `counter_slot`: the call site's split-path counter (launch_plan.h kCallSiteSlots;
-// launches that may run concurrently need distinct slots). Returns the first CUDA error
-// (launch or configuration).
-cudaError_t LaunchArgReduce(cudaStream_t stream, int device, uint32_t counter_slot,
-                            const PlanOptions& options, Format format, bool is_min,
-                            const void* x, int64_t rows, int64_t cols, void* indices, bool index_is_int64, void* values,
-                            void* workspace, size_t workspace_bytes);
+// One call: indices[r] = argmax (argmin when is_min) of row r of x, x being `rows` x `cols`
+// row-major elements of `format` (1 <= cols <= INT32_MAX), on `stream` of `device` (the current
+// device). When `values` is not null, values[r] is the winning element (same format as x).
+struct ArgReduceLaunch {
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  uint32_t counter_slot = 0;  // the call site's split-path counter (launch_plan.h
+                              // kCallSiteSlots; launches that may run at once: distinct slots)
+  PlanOptions options;
+  Format format = Format::kF32;
+  bool is_min = false;
+  const void* x = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  void* indices = nullptr;    // [rows] int32, or int64 when index_is_int64
+  bool index_is_int64 = false;
+  void* values = nullptr;     // nullptr, or [rows] of x's format
+  void* workspace = nullptr;  // kWorkspaceBytes of device memory, any contents
+  size_t workspace_bytes = 0;
+};
+
+// Returns the first CUDA error (launch or configuration).
+cudaError_t LaunchArgReduce(const ArgReduceLaunch& launch);
 
 // The plan LaunchArgReduce takes for that shape on `device` (tests and benchmarks), launched
 // from the host or (`graph_captured`) captured into a CUDA graph.

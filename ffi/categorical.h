@@ -634,11 +634,7 @@ struct NoisyMaxEpilogue {
 
   template <class Bits, class Key>
   JAX_ARGREDUCE_HD void operator()(int64_t row, ArgPair<Key> best, const Bits* /*row_data*/) const {
-    if (index_is_int64) {
-      static_cast<int64_t*>(indices)[row] = best.index;
-    } else {
-      static_cast<int32_t*>(indices)[row] = best.index;
-    }
+    StoreIndex(indices, index_is_int64, row, best.index);
     if constexpr (sizeof(Key) == 8) {
       const uint64_t bits = best.key == KeyLimits<int64_t>::kNaN ? 0x7FF8000000000000ull
                             : best.key >= 0 ? static_cast<uint64_t>(best.key)

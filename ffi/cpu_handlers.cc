@@ -2,9 +2,11 @@
 // core (cpu_reduce.h) with the op's key policy and epilogue, on XLA's intra-op thread pool. Same semantics as the CUDA
 // kernels, so CI without a GPU exercises the whole JAX stack.
 #include <string>
+#include <vector>
 
 #include "categorical.h"
 #include "cpu_reduce.h"
+#include "cpu_select.h"
 #include "ffi_common.h"
 #include "handlers.h"
 #include "reduce_hooks.h"
@@ -19,6 +21,8 @@ namespace ffi = xla::ffi;
 // only large inputs are split (cpu_row_reduce.h); the sampler computes ~25 ns/element.
 constexpr int64_t kArgReduceElementsPerTask = int64_t{1} << 20;
 constexpr int64_t kCategoricalElementsPerTask = int64_t{1} << 14;
+// top_k: about a key and a compare per element (cpu_select.h), a few ns.
+constexpr int64_t kTopKElementsPerTask = int64_t{1} << 16;
 
 // argmax/argmin (values == nullptr) and max_with_index/min_with_index.
 ffi::Error ArgReduceRows(ffi::ThreadPool& pool, const ffi::AnyBuffer& x,
@@ -75,6 +79,33 @@ ffi::Error CategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys, ffi::An
   return ffi::Error::Success();
 }
 
+ffi::Error TopKCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
+                       ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
+                       int64_t k) {
+  auto view = DecodeTopK(x, *values, *indices, k, "jax_argreduce top_k (cpu)");
+  if (!view.has_value()) return view.error();
+  const bool int64_indices = indices->element_type() == ffi::DataType::S64;
+  DispatchFormat(view->format, false, [&](auto f, auto) {
+    constexpr Format F = decltype(f)::value;
+    using Bits = typename FormatTraits<F>::Bits;
+    const Bits* data = static_cast<const Bits*>(view->data);
+    Bits* out = static_cast<Bits*>(values->untyped_data());
+    ParallelForRows(pool, view->rows, view->cols, [&](int64_t begin, int64_t end) {
+      std::vector<SelectItem> buffer;  // per task, reused across its rows
+      for (int64_t r = begin; r < end; ++r) {
+        if (int64_indices) {
+          TopKRowCpu<F>(data + r * view->cols, view->cols, k, out + r * k,
+                        static_cast<int64_t*>(indices->untyped_data()) + r * k, buffer);
+        } else {
+          TopKRowCpu<F>(data + r * view->cols, view->cols, k, out + r * k,
+                        static_cast<int32_t*>(indices->untyped_data()) + r * k, buffer);
+        }
+      }
+    }, kTopKElementsPerTask);
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ArgReduceCpu, ArgReduceCpuImpl,
@@ -101,5 +132,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(CategoricalCpu, CategoricalCpuImpl,
                                   .Arg<ffi::AnyBuffer>()   // offsets: [2] int32 (row, col), or [0]
                                   .Ret<ffi::AnyBuffer>()   // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>());  // indices: [...] int32 or int64
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TopKCpu, TopKCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()  // XLA's intra-op thread pool
+                                  .Arg<ffi::AnyBuffer>()   // x: [..., cols] float array
+                                  .Ret<ffi::AnyBuffer>()   // values: [..., k] x's dtype
+                                  .Ret<ffi::AnyBuffer>()   // indices: [..., k] int32 or int64
+                                  .Attr<int64_t>("k"));    // 1 <= k <= cols
 
 }  // namespace jax_argreduce

@@ -19,6 +19,7 @@
 
 #include "argreduce_kernels.h"
 #include "categorical_kernels.h"
+#include "top_k_kernels.h"
 #include "ffi_common.h"
 #include "handlers.h"
 #include "xla/ffi/api/ffi.h"
@@ -100,13 +101,22 @@ ffi::Error ArgReduceRows(cudaStream_t stream, int device, uint32_t slot, const f
                          ffi::AnyBuffer& workspace, bool is_min, const std::string& op) {
   auto view = DecodeRows(x, indices, values, op);
   if (!view.has_value()) return view.error();
-  const cudaError_t err = OnDevice(device, [&] {
-    return LaunchArgReduce(stream, device, slot, CurrentPlanOptions(), view->format, is_min,
-                           view->data, view->rows, view->cols, indices.untyped_data(),
-                           indices.element_type() == ffi::DataType::S64,
-                           values == nullptr ? nullptr : values->untyped_data(),
-                           workspace.untyped_data(), workspace.size_bytes());
-  });
+  ArgReduceLaunch launch;
+  launch.stream = stream;
+  launch.device = device;
+  launch.counter_slot = slot;
+  launch.options = CurrentPlanOptions();
+  launch.format = view->format;
+  launch.is_min = is_min;
+  launch.x = view->data;
+  launch.rows = view->rows;
+  launch.cols = view->cols;
+  launch.indices = indices.untyped_data();
+  launch.index_is_int64 = indices.element_type() == ffi::DataType::S64;
+  launch.values = values == nullptr ? nullptr : values->untyped_data();
+  launch.workspace = workspace.untyped_data();
+  launch.workspace_bytes = workspace.size_bytes();
+  const cudaError_t err = OnDevice(device, [&] { return LaunchArgReduce(launch); });
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
@@ -136,16 +146,56 @@ ffi::Error CategoricalCudaImpl(cudaStream_t stream, int32_t device, CallSiteStat
   if (!view.has_value()) return view.error();
   auto sampler = DecodeSampler(*view, keys, temperature, offsets, *noisy_max, op);
   if (!sampler.has_value()) return sampler.error();
-  const cudaError_t err = OnDevice(device, [&] {
-    return LaunchCategorical(
-        stream, device, site->slot, CurrentPlanOptions(), view->format,
-        static_cast<const uint32_t*>(keys.untyped_data()), sampler->num_keys, view->data,
-        view->rows, view->cols, temperature.untyped_data(), sampler->temperature_per_row,
-        sampler->has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr,
-        indices->untyped_data(),
-        indices->element_type() == ffi::DataType::S64, noisy_max->untyped_data(),
-        workspace->untyped_data(), workspace->size_bytes());
-  });
+  CategoricalLaunch launch;
+  launch.stream = stream;
+  launch.device = device;
+  launch.counter_slot = site->slot;
+  launch.options = CurrentPlanOptions();
+  launch.format = view->format;
+  launch.keys = static_cast<const uint32_t*>(keys.untyped_data());
+  launch.num_keys = sampler->num_keys;
+  launch.logits = view->data;
+  launch.rows = view->rows;
+  launch.cols = view->cols;
+  launch.temperature = temperature.untyped_data();
+  launch.temperature_per_row = sampler->temperature_per_row;
+  launch.offsets =
+      sampler->has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr;
+  launch.indices = indices->untyped_data();
+  launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
+  launch.noisy_max = noisy_max->untyped_data();
+  launch.workspace = workspace->untyped_data();
+  launch.workspace_bytes = workspace->size_bytes();
+  const cudaError_t err = OnDevice(device, [&] { return LaunchCategorical(launch); });
+  return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
+}
+
+ffi::Error TopKCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
+                        ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
+                        ffi::Result<ffi::AnyBuffer> workspace, int64_t k) {
+  const std::string op = "jax_argreduce top_k (cuda)";
+  auto view = DecodeTopK(x, *values, *indices, k, op);
+  if (!view.has_value()) return view.error();
+  if (view->format == Format::kF64 || k > kSelectMaxK) {
+    return ffi::Error::InvalidArgument(op + ": the kernels take float16, bfloat16 and float32 " +
+                                       "and k <= " + std::to_string(kSelectMaxK) +
+                                       " (jax_argreduce routes the rest to XLA)");
+  }
+  TopKLaunch launch;
+  launch.stream = stream;
+  launch.device = device;
+  launch.options = CurrentPlanOptions();
+  launch.format = view->format;
+  launch.x = view->data;
+  launch.rows = view->rows;
+  launch.cols = view->cols;
+  launch.k = k;
+  launch.values = values->untyped_data();
+  launch.indices = indices->untyped_data();
+  launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
+  launch.workspace = workspace->untyped_data();
+  launch.workspace_bytes = workspace->size_bytes();
+  const cudaError_t err = OnDevice(device, [&] { return LaunchTopK(launch); });
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
@@ -192,6 +242,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(CategoricalCuda, CategoricalCudaImpl,
                                   .Ret<ffi::AnyBuffer>()      // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
                                   .Ret<ffi::AnyBuffer>(),     // workspace: uint8 bytes
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TopKCuda, TopKCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
+                                  .Ctx<ffi::DeviceOrdinal>()  // the stream's device
+                                  .Arg<ffi::AnyBuffer>()      // x: [..., cols] float array
+                                  .Ret<ffi::AnyBuffer>()      // values: [..., k] x's dtype
+                                  .Ret<ffi::AnyBuffer>()      // indices: [..., k] int32/int64
+                                  .Ret<ffi::AnyBuffer>()      // workspace: uint8 bytes
+                                  .Attr<int64_t>("k"),        // 1 <= k <= min(cols, 1024)
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_argreduce

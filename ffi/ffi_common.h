@@ -19,11 +19,9 @@ struct RowView {
   int64_t cols;  // length of the reduction axis, 1 <= cols <= INT32_MAX
 };
 
-// `values`, when given, must be one element of x's dtype per row.
-inline xla::ffi::ErrorOr<RowView> DecodeRows(const xla::ffi::AnyBuffer& x,
-                                             const xla::ffi::AnyBuffer& indices,
-                                             const xla::ffi::AnyBuffer* values,
-                                             const std::string& op) {
+// The input as [rows, cols] (the reduction axis last), of one of the four float formats.
+inline xla::ffi::ErrorOr<RowView> DecodeInput(const xla::ffi::AnyBuffer& x,
+                                              const std::string& op) {
   namespace ffi = xla::ffi;
   auto invalid = [&](const std::string& what) {
     return ffi::Unexpected(ffi::Error::InvalidArgument(op + ": " + what));
@@ -44,23 +42,66 @@ inline xla::ffi::ErrorOr<RowView> DecodeRows(const xla::ffi::AnyBuffer& x,
     return invalid("reduction axis length must be in [1, 2^31 - 1], got " +
                    std::to_string(view.cols));
   }
+  return view;
+}
+
+// Index (int32 or int64) and, when given, value (x's dtype) outputs of `per_row` elements a row.
+inline xla::ffi::Error CheckOutputs(const RowView& view, const xla::ffi::AnyBuffer& x,
+                                    const xla::ffi::AnyBuffer& indices,
+                                    const xla::ffi::AnyBuffer* values, int64_t per_row,
+                                    const std::string& op) {
+  namespace ffi = xla::ffi;
+  auto invalid = [&](const std::string& what) {
+    return ffi::Error::InvalidArgument(op + ": " + what);
+  };
   const auto index_type = indices.element_type();
   if (index_type != ffi::DataType::S32 && index_type != ffi::DataType::S64) {
     return invalid("indices must be int32 or int64");
   }
-  if (static_cast<int64_t>(indices.element_count()) != view.rows) {
-    return invalid("indices must have one element per row (" + std::to_string(view.rows) +
-                   "), got " + std::to_string(indices.element_count()));
+  const int64_t expected = view.rows * per_row;
+  const std::string each = per_row == 1 ? "one element per row" :
+                           std::to_string(per_row) + " elements per row";
+  if (static_cast<int64_t>(indices.element_count()) != expected) {
+    return invalid("indices must have " + each + " (" + std::to_string(expected) + "), got " +
+                   std::to_string(indices.element_count()));
   }
   if (values != nullptr) {
     if (values->element_type() != x.element_type()) {
       return invalid("values must have the input's dtype");
     }
-    if (static_cast<int64_t>(values->element_count()) != view.rows) {
-      return invalid("values must have one element per row (" + std::to_string(view.rows) +
-                     "), got " + std::to_string(values->element_count()));
+    if (static_cast<int64_t>(values->element_count()) != expected) {
+      return invalid("values must have " + each + " (" + std::to_string(expected) + "), got " +
+                     std::to_string(values->element_count()));
     }
   }
+  return ffi::Error::Success();
+}
+
+// `values`, when given, must be one element of x's dtype per row.
+inline xla::ffi::ErrorOr<RowView> DecodeRows(const xla::ffi::AnyBuffer& x,
+                                             const xla::ffi::AnyBuffer& indices,
+                                             const xla::ffi::AnyBuffer* values,
+                                             const std::string& op) {
+  auto view = DecodeInput(x, op);
+  if (!view.has_value()) return view;
+  auto checked = CheckOutputs(*view, x, indices, values, 1, op);
+  if (checked.failure()) return xla::ffi::Unexpected(std::move(checked));
+  return view;
+}
+
+// top_k: 1 <= k <= cols, k values and k indices per row.
+inline xla::ffi::ErrorOr<RowView> DecodeTopK(const xla::ffi::AnyBuffer& x,
+                                             const xla::ffi::AnyBuffer& values,
+                                             const xla::ffi::AnyBuffer& indices, int64_t k,
+                                             const std::string& op) {
+  auto view = DecodeInput(x, op);
+  if (!view.has_value()) return view;
+  if (k < 1 || k > view->cols) {
+    return xla::ffi::Unexpected(xla::ffi::Error::InvalidArgument(
+        op + ": k must be in [1, " + std::to_string(view->cols) + "], got " + std::to_string(k)));
+  }
+  auto checked = CheckOutputs(*view, x, indices, &values, k, op);
+  if (checked.failure()) return xla::ffi::Unexpected(std::move(checked));
   return view;
 }
 

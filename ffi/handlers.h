@@ -11,9 +11,11 @@ namespace jax_argreduce {
 
 // argreduce: x -> indices. max_with_index: x -> (values, indices). Attribute is_min.
 // categorical: (keys, logits, temperature, offsets) -> (noisy_max, indices).
+// top_k: x -> (values, indices), k per row. Attribute k.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TopKCpu);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
 // Per call site, from XLA's instantiate stage (InstantiateCuda) to the executable's end: the
 // split path's counter slot (cuda_handlers.cc). Registered with XLA as an FFI type (id, and
@@ -31,6 +33,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(InstantiateCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TopKCuda);
 #endif
 
 }  // namespace jax_argreduce

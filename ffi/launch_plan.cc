@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 namespace jax_argreduce {
 namespace {
@@ -149,6 +150,57 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
   plan.row_step = static_cast<int64_t>(plan.block) *
                   (compute_bound ? kInFlight : kBlockInFlight) * load_elements;
   return plan;
+}
+
+SelectPlan PlanTopK(int64_t rows, int64_t cols, int64_t k, int elem_bytes) {
+  SelectPlan plan;
+  const int vec = 16 / elem_bytes;  // elements of a 16-byte load
+  int per_thread = kSelectMaxElementsPerThread;
+  while (per_thread > kSelectMinElementsPerThread &&
+         rows * CeilDiv(cols, int64_t{kSelectThreads} * per_thread) < kSelectTargetBlocks) {
+    per_thread /= 2;
+  }
+  per_thread = std::max(per_thread, vec);  // a thread loads whole vectors
+  plan.elements_per_thread = per_thread;
+  SelectLevel level;
+  level.items = cols;
+  level.chunk = int64_t{kSelectThreads} * per_thread;
+  level.chunks = CeilDiv(cols, level.chunk);
+  // Candidates alternate between two buffers of the workspace: level i writes buffer i % 2.
+  size_t buffer_bytes[2] = {0, 0};
+  for (;;) {
+    const int i = plan.levels;
+    if (level.chunks > 1) {
+      level.out_offset = static_cast<size_t>(i % 2);  // buffer index, turned into bytes below
+      const size_t bytes = static_cast<size_t>(rows * level.chunks * k) * sizeof(uint64_t);
+      buffer_bytes[i % 2] = std::max(buffer_bytes[i % 2], bytes);
+    }
+    plan.level[plan.levels++] = level;
+    if (level.chunks == 1 || plan.levels == kSelectMaxLevels) break;
+    SelectLevel next;
+    next.items = level.chunks * k;
+    next.chunk = kCandidateChunk;
+    next.chunks = CeilDiv(next.items, kCandidateChunk);
+    next.in_offset = level.out_offset;
+    level = next;
+  }
+  // Buffer 0 first, then buffer 1, each 16-byte aligned.
+  const size_t second = (buffer_bytes[0] + 15) / 16 * 16;
+  for (int i = 0; i < plan.levels; ++i) {
+    plan.level[i].out_offset = plan.level[i].out_offset == 0 ? 0 : second;
+    plan.level[i].in_offset = plan.level[i].in_offset == 0 ? 0 : second;
+  }
+  plan.workspace_bytes = second + buffer_bytes[1];
+  return plan;
+}
+
+size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int elem_bytes) {
+  if (std::strcmp(op, "top_k") == 0) {
+    if (rows < 1 || k < 1 || k > kSelectMaxK || k > cols) return 0;  // no kernel launch
+    // The launcher aligns the workspace by hand (+16).
+    return PlanTopK(rows, cols, k, elem_bytes).workspace_bytes + 16;
+  }
+  return kWorkspaceBytes;
 }
 
 }  // namespace jax_argreduce

@@ -150,6 +150,56 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
                          int key_bytes, const PlanOptions& options, bool compute_bound = false,
                          bool graph_captured = false, int vector_bytes = 16);
 
+// ---------------------------------------------------------------------------------------------
+// Row select (row_select.cuh): the k first elements of each row (top_k), in levels.
+//
+//   level 0   a block of kSelectThreads per chunk of `chunk` = kSelectThreads x E consecutive
+//             elements of a row (E elements per thread, held in registers): the chunk's k
+//             first elements (a radix select over the chunk, ties by column) as candidates,
+//             k per chunk, into the workspace; or, for rows of one chunk, the row's answer.
+//   level i   a block of kCandidateThreads per kCandidateChunk candidates of a row: the same
+//             select over (radix key, column) pairs, k per chunk, until one chunk holds them
+//             all: that block sorts its k and writes the values and indices.
+// The plan is a pure function of (rows, cols, k, element width): no device property enters
+// it, so the workspace it sizes is known at lowering time (XLA owns it: an extra result of the
+// custom call) and an exported program runs on any GPU. Level 0 takes the largest E whose
+// chunks still give kSelectTargetBlocks blocks (few rows are spread over the whole GPU, many
+// rows read long chunks).
+inline constexpr int kSelectThreads = 256;
+inline constexpr int kCandidateThreads = 512;
+inline constexpr int kCandidateItems = 16;  // candidates per thread (registers)
+inline constexpr int64_t kCandidateChunk = int64_t{kCandidateThreads} * kCandidateItems;
+inline constexpr int kSelectMinElementsPerThread = 8;
+inline constexpr int kSelectMaxElementsPerThread = 32;
+inline constexpr int64_t kSelectTargetBlocks = 256;
+// The largest k the kernels take (a block's winners are sorted in shared memory).
+inline constexpr int64_t kSelectMaxK = 1024;
+inline constexpr int kSelectMaxLevels = 12;  // enough for 2^31 columns at kSelectMaxK
+
+struct SelectLevel {
+  int64_t items = 0;          // items of a row this level reads (cols at level 0)
+  int64_t chunk = 0;          // items per block
+  int64_t chunks = 0;         // blocks per row
+  size_t in_offset = 0;       // bytes into the workspace of the candidates read (levels > 0)
+  size_t out_offset = 0;      // ... of the candidates written (all levels but the last)
+};
+
+struct SelectPlan {
+  int elements_per_thread = 0;  // E of level 0
+  int levels = 0;
+  SelectLevel level[kSelectMaxLevels];
+  size_t workspace_bytes = 0;   // candidates: 8 bytes each, two buffers used in turn
+};
+
+// Plan of top_k over `rows` x `cols` elements of `elem_bytes` bytes, 1 <= k <= min(cols,
+// kSelectMaxK), cols <= INT32_MAX.
+SelectPlan PlanTopK(int64_t rows, int64_t cols, int64_t k, int elem_bytes);
+
+// Workspace bytes of one CUDA handler call of `op` ("argreduce", "max_with_index",
+// "categorical": the split path's bound kWorkspaceBytes, whatever the shape; "top_k": its
+// plan's) over [rows, cols] elements of `elem_bytes` bytes; k is top_k's.
+size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int elem_bytes);
+
 }  // namespace jax_argreduce
 
 #endif  // JAX_ARGREDUCE_FFI_LAUNCH_PLAN_H_

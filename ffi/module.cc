@@ -124,10 +124,12 @@ NB_MODULE(_argreduce, m) {
     add("argreduce", "cpu", ArgReduceCpu, nullptr);
     add("max_with_index", "cpu", MaxWithIndexCpu, nullptr);
     add("categorical", "cpu", CategoricalCpu, nullptr);
+    add("top_k", "cpu", TopKCpu, nullptr);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
     add("argreduce", "cuda", ArgReduceCuda, InstantiateCuda);
     add("max_with_index", "cuda", MaxWithIndexCuda, InstantiateCuda);
     add("categorical", "cuda", CategoricalCuda, InstantiateCuda);
+    add("top_k", "cuda", TopKCuda, nullptr);
 #endif
     return targets;
   }, "FFI targets: [(op, platform, target name, {stage: handler capsule})].");
@@ -149,8 +151,13 @@ NB_MODULE(_argreduce, m) {
 #else
   m.attr("has_cuda") = false;
 #endif
-  // Workspace bytes every CUDA handler call takes: a constant, for any shape on any GPU.
-  m.attr("cuda_workspace_bytes") = kWorkspaceBytes;
+  // Workspace bytes of one CUDA handler call (launch_plan.h): a pure function of the call's
+  // op and shape, so the lowering sizes XLA's workspace result without a GPU.
+  m.def("cuda_workspace_bytes", [](const std::string& op, int64_t rows, int64_t cols, int64_t k,
+                                   int elem_bytes) {
+    return WorkspaceBytes(op.c_str(), rows, cols, k, elem_bytes);
+  }, nb::arg("op"), nb::arg("rows"), nb::arg("cols"), nb::arg("k"), nb::arg("elem_bytes"));
+  m.attr("top_k_max_k") = kSelectMaxK;
 
   nb::module_ debug = m.def_submodule("debug", "Launch planning, for tests and benchmarks.");
   debug.def("plan", [](int64_t rows, int64_t cols, int elem_bytes, int key_bytes, int sms,
@@ -183,6 +190,31 @@ NB_MODULE(_argreduce, m) {
      nb::arg("team") = nb::none(), nb::arg("path") = nb::none(), nb::arg("block") = nb::none(),
      "Process-wide plan options, taking effect at the next CUDA handler call.");
   debug.def("plan_options", []() { return OptionsToDict(CurrentPlanOptions()); });
+  debug.def("top_k_plan", [](int64_t rows, int64_t cols, int64_t k, int elem_bytes) {
+    if (rows < 1 || cols < 1 || cols > INT32_MAX || k < 1 || k > cols || k > kSelectMaxK ||
+        (elem_bytes != 2 && elem_bytes != 4)) {
+      throw std::invalid_argument("top_k_plan: rows, cols >= 1, 1 <= k <= min(cols, " +
+                                  std::to_string(kSelectMaxK) + "), elem_bytes 2 or 4");
+    }
+    const SelectPlan plan = PlanTopK(rows, cols, k, elem_bytes);
+    nb::list levels;
+    for (int i = 0; i < plan.levels; ++i) {
+      const SelectLevel& level = plan.level[i];
+      nb::dict d;
+      d["items"] = level.items;
+      d["chunk"] = level.chunk;
+      d["chunks"] = level.chunks;
+      d["in_offset"] = level.in_offset;
+      d["out_offset"] = level.out_offset;
+      levels.append(d);
+    }
+    nb::dict d;
+    d["elements_per_thread"] = plan.elements_per_thread;
+    d["levels"] = levels;
+    d["workspace_bytes"] = plan.workspace_bytes;
+    return d;
+  }, nb::arg("rows"), nb::arg("cols"), nb::arg("k"), nb::arg("elem_bytes"),
+     "The CUDA top_k plan (a pure function of the shape; no GPU needed).");
 #ifdef JAX_ARGREDUCE_WITH_CUDA
   debug.def("device_plan", [](int64_t rows, int64_t cols, const std::string& dtype, bool is_min,
                               int device, bool graph_captured) {

@@ -105,6 +105,43 @@ JAX_ARGREDUCE_HD ArgPair<Key> Combine(ArgPair<Key> a, ArgPair<Key> b) {
   return Better(b.key, b.index, a.key, a.index) ? b : a;
 }
 
+// The radix key of a format: an unsigned integer of the format's own width (16 bits for the
+// 16-bit formats, so a radix select over them takes half the digit passes of float32) whose
+// unsigned order is the argmax order of OrderedKey: the signed key with its sign bit flipped.
+// Every NaN gets the largest key (all ones), -0 and +0 the same one; the bias is larger than
+// +inf's magnitude, so no element has a key below 2^(W-11) (W the width): the zero key is free
+// for "no element" (padding, sentinels), and so is every key whose top 11 bits are zero.
+template <Format F>
+struct RadixTraits {
+  using Radix = std::conditional_t<sizeof(typename FormatTraits<F>::Bits) == 2, uint16_t,
+                                   std::make_unsigned_t<typename FormatTraits<F>::Key>>;
+  static constexpr int kBits = 8 * sizeof(Radix);
+};
+
+template <Format F>
+JAX_ARGREDUCE_HD typename RadixTraits<F>::Radix RadixKey(typename FormatTraits<F>::Bits bits) {
+  using Radix = typename RadixTraits<F>::Radix;
+  using Key = typename FormatTraits<F>::Key;
+  constexpr Radix kBias = static_cast<Radix>(Radix{1} << (RadixTraits<F>::kBits - 1));
+  const Key key = OrderedKey<F, false>(bits);
+  // 16-bit formats: |key| <= inf bits < 2^15 or key == kNaN, which maps to all ones.
+  if constexpr (sizeof(Radix) == 2) {
+    return key == KeyLimits<Key>::kNaN ? Radix{0xFFFF} : static_cast<Radix>(key + kBias);
+  } else {
+    return static_cast<Radix>(static_cast<Radix>(key) ^ kBias);
+  }
+}
+
+// indices[at] = index, into an int64 index array when is_int64, else int32 (every op's index
+// output: the index dtype is the call's, int32 unless the caller's x64 mode asks for int64).
+JAX_ARGREDUCE_HD void StoreIndex(void* indices, bool is_int64, int64_t at, int64_t index) {
+  if (is_int64) {
+    static_cast<int64_t*>(indices)[at] = index;
+  } else {
+    static_cast<int32_t*>(indices)[at] = static_cast<int32_t>(index);
+  }
+}
+
 // Bytes of one element of `format`.
 constexpr int FormatBytes(Format format) {
   return format == Format::kF64 ? 8 : format == Format::kF32 ? 4 : 2;

@@ -74,11 +74,7 @@ struct IndexValueEpilogue {
 
   template <class Bits, class Key>
   JAX_ARGREDUCE_HD void operator()(int64_t row, ArgPair<Key> best, const Bits* row_data) const {
-    if (index_is_int64) {
-      static_cast<int64_t*>(indices)[row] = best.index;
-    } else {
-      static_cast<int32_t*>(indices)[row] = best.index;
-    }
+    StoreIndex(indices, index_is_int64, row, best.index);
     if (values != nullptr) static_cast<Bits*>(values)[row] = row_data[best.index];
   }
 };

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "device.cuh"
 #include "launch_plan.h"
 #include "order.h"
 #include "reduce_hooks.h"
@@ -33,10 +34,7 @@
 namespace jax_argreduce {
 namespace row_reduce {
 
-using Vec = uint4;  // one 16-byte load
-struct alignas(32) Vec32 {  // two 16-byte loads, one vector (a key policy's kVecBytes = 32)
-  uint4 lo, hi;
-};
+using namespace device;  // loads, PDL, shuffles, atomics, launch helpers
 
 // The vector a scan visits at once: 16 bytes, or Policy::kVecBytes where the policy asks (the
 // sampler's float32 vectors hold one 8-column block of its generator).
@@ -55,62 +53,6 @@ inline constexpr int kVecBytesOf = static_cast<int>(sizeof(typename ScanVecOf<Po
 template <class Bits, class V>
 __device__ __forceinline__ Bits Element(const V& v, int j) {
   return reinterpret_cast<const Bits*>(&v)[j];
-}
-
-// Plain coherent loads (see the file comment): ld.global through L1, never the non-coherent
-// .nc path. (ld.global.cg, which skips L1, measured 14% slower on 65536x1024 bfloat16.) The
-// vectors are read once, so their L2 lines are marked evict-first (an L2 cache-policy hint,
-// not a change of semantics): in-chain, where the producer's freshest output still sits in L2
-// (dirty) when a row is larger than it, the lines our misses bring in are evicted before the
-// producer's lines we have yet to read (NOTES.md try 41: in-chain bfloat16 256x202048 kernels
-// 30.7 -> 26.3 us per step, 65536x1024 43.4 -> 35.8; isolated spans unchanged).
-__device__ __forceinline__ Vec LoadVec(const Vec* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // cache policies: sm_80 and later
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));  // pure: CSE'd
-  Vec v;
-  // volatile: never moved above griddepcontrol.wait (asm volatile statements keep their order)
-  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-#else
-  return *p;
-#endif
-}
-__device__ __forceinline__ Vec32 LoadVec(const Vec32* p) {
-  return Vec32{LoadVec(&p->lo), LoadVec(&p->hi)};
-}
-// Brings the line of p into L2 (a hint: no register, no result; after griddepcontrol.wait).
-template <class V>
-__device__ __forceinline__ void PrefetchL2(const V* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-template <class Bits>
-__device__ __forceinline__ Bits LoadBits(const Bits* p) {
-  return *p;
-}
-
-__device__ __forceinline__ void GridDependencyWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void TriggerDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-template <class Key>
-__device__ __forceinline__ Key ShuffleXor(Key v, int lane_mask, int width) {
-  if constexpr (sizeof(Key) == 8) {
-    return static_cast<Key>(
-        __shfl_xor_sync(0xffffffffu, static_cast<long long>(v), lane_mask, width));
-  } else {
-    return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
-  }
 }
 
 // Merge within aligned groups of kWidth lanes (all 32 lanes of the warp must call this).
@@ -534,22 +476,6 @@ __global__ void __launch_bounds__(kThreads, kThreads == kBlockThreads ? Policy::
 // after griddepcontrol.wait, i.e. after the previous launch has completed).
 static __device__ unsigned int g_split_counters[kCallSiteSlots];
 
-__device__ __forceinline__ unsigned int AtomicIncAcqRel(unsigned int* counter, unsigned int limit) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  unsigned int old;
-  asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
-               : "=r"(old)
-               : "l"(counter), "r"(limit)
-               : "memory");
-  return old;
-#else  // no acq_rel atomics before sm_70: fences around a relaxed atomicInc
-  __threadfence();
-  const unsigned int old = atomicInc(counter, limit);
-  __threadfence();
-  return old;
-#endif
-}
-
 // One whole warp merges the partials of `row` and runs the epilogue. The partials were written
 // by other blocks: read through L2 (ld.global.cg), never from a possibly stale L1 line.
 template <class Policy, class Epilogue>
@@ -622,13 +548,6 @@ __global__ void __launch_bounds__(kBlockThreads)
 // ---------------------------------------------------------------------------------------------
 // Host side: device capabilities (read once per device and kernel set) and the launcher.
 
-inline cudaError_t BlocksPerSm(const void* kernel, int threads, int* blocks) {
-  int n = 0;
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0);
-  *blocks = n > 0 ? n : 1;
-  return err;
-}
-
 // The capabilities of `device` for the kernels of one (Policy, Epilogue) pair, read once per
 // device (the call must run with `device` current).
 template <class Policy, class Epilogue>
@@ -676,22 +595,6 @@ cudaError_t PlanRowReduceOn(int device, int64_t rows, int64_t cols, const PlanOp
                         sizeof(typename Policy::Key), options, Policy::kMinBlocksPerSm > 1,
                         graph_captured, kVecBytesOf<Policy>);
   return cudaSuccess;
-}
-
-// cudaLaunchKernelEx with the optional PDL attribute.
-template <class... Params, class... Args>
-cudaError_t LaunchEx(void (*kernel)(Params...), int64_t grid, int block, cudaStream_t stream,
-                     bool pdl, Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(block);
-  config.stream = stream;
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // Reduces every row of x ([rows, cols] row-major, 1 <= cols <= INT32_MAX) on `stream` of

@@ -208,6 +208,92 @@ def min_with_index(a, axis: int | None = -1, keepdims: bool = False, *, axis_nam
   return reduce(a, axis, keepdims, op="min_with_index", axis_name=axis_name)
 
 
+def top_k(a, k: int, axis: int = -1, *, method: str = "auto", axis_name=None
+          ) -> tuple[jax.Array, jax.Array]:
+  """The ``k`` first elements along an axis and their indices, sorted (SPEC §1e).
+
+  Args:
+    a: array of at least one dimension. float16, bfloat16, float32 and float64 run on the
+      jax_argreduce handlers (CUDA kernels on GPU for the 16-bit formats and float32 with
+      ``k <= 1024``, the CPU handler on CPU; elsewhere and beyond: an exact path over
+      ``jax.lax.top_k``); integers and bool go to ``jax.lax.top_k``.
+    k: a static int, ``0 <= k <= a.shape[axis]``.
+    axis: the axis to select along (negative counts from the end; an int, never None).
+    method: "auto" (the measured choice), "kernel" (the handler where one takes the call) or
+      "xla" (the exact XLA path).
+    axis_name: inside a ``jax.shard_map``, the mesh axis (or tuple of axes, major first) that
+      ``axis`` is split over: ``a`` is this device's block and the result the global answer
+      (global indices) from one exchange of ``[..., shards, k]`` candidates. Not needed under
+      ``jit`` with sharded inputs: those are partitioned automatically (explicit mesh axes).
+
+  Returns:
+    ``(values, indices)``, both of ``a.shape`` with ``k`` in place of ``axis``: ``values`` of
+    ``a.dtype``, ``indices`` int32 (int64 only where the axis is longer than int32 indices
+    reach, under ``jax_enable_x64``), sorted: larger first, a NaN before every number (the first
+    NaN first), ties (-0.0 and +0.0 included) to the lowest index; values are the elements at
+    the indices bit for bit (NaN payload, sign of zero). ``top_k(a, 1)`` is
+    ``max_with_index(a, axis, keepdims=True)``. Subnormals are compared exactly (no flush).
+
+  Raises:
+    ValueError: ``k`` out of range, a complex ``a`` (as ``jax.lax.top_k``), an axis longer
+      than the index dtype can hold; ``axis_name`` naming no bound mesh axis.
+    TypeError: ``k`` or ``axis`` not an int; ``a`` not an array or a 0-d array.
+    IndexError: ``axis`` out of range.
+
+  Differentiable in ``values`` (the input's tangent gathered at ``indices``); ``indices`` get a
+  symbolic zero (float0) tangent.
+  """
+  name = "top_k"
+  _check_arraylike(name, a)
+  x = jnp.asarray(a)
+  try:
+    k = operator.index(k)
+  except TypeError:
+    raise TypeError(f"{name}: k must be an int, got {type(k).__name__}") from None
+  if x.ndim == 0:
+    raise TypeError(f"{name}: operand must have at least one dimension, got shape ()")
+  try:
+    axis = operator.index(axis)
+  except TypeError:
+    raise TypeError(f"{name}: axis must be an int, got {type(axis).__name__}") from None
+  axis = _normalize_axis(axis, x.ndim)
+  cols = x.shape[axis]
+  if jnp.issubdtype(x.dtype, jnp.complexfloating):
+    raise ValueError(f"{name}: complex inputs have no order (as jax.lax.top_k), got {x.dtype}")
+  if is_constant_dim(cols) and not 0 <= k <= cols:
+    raise ValueError(f"{name}: k must be in [0, {cols}] (the length of axis {axis}), got {k}")
+  if k < 0:
+    raise ValueError(f"{name}: k must be >= 0, got {k}")
+  index_dtype = np.dtype(np.int32)
+  if is_constant_dim(cols) and cols - 1 > np.iinfo(np.int32).max:
+    index_dtype = dtypes.canonicalize_dtype(np.int64)
+    _check_axis_length(name, cols, index_dtype, axis_word="selection")
+  _dispatch.check_method(method)
+  if isinstance(axis_name, list):
+    axis_name = tuple(axis_name)
+  if axis != x.ndim - 1:
+    x = _xla.moveaxis_exact(x, axis, -1)
+  if k == 0:
+    values = lax.slice_in_dim(x, 0, 0, axis=-1)
+    outs = [values, jnp.zeros_like(values, dtype=index_dtype)]
+  elif not _dispatch.handles_dtype(x.dtype):
+    # Integers and bool: lax.top_k is exact there (integers; the lowest index first on ties).
+    keys = x.astype(np.int32) if x.dtype == np.bool_ else x
+    _, indices = lax.top_k(keys, k)
+    indices = indices.astype(index_dtype)
+    outs = [jnp.take_along_axis(x, indices, axis=-1), indices]
+  elif axis_name is not None:  # x: this device's block of a split axis
+    names = _sharding._axis_names(x, axis_name, name)
+    local = functools.partial(_primitives.top_k_last_axis, index_dtype=index_dtype,
+                              method=method)
+    outs = list(_sharding.split_top_k(x, names, k, local))
+  else:
+    outs = _primitives.top_k_last_axis(x, k, index_dtype=index_dtype, method=method)
+  if axis != x.ndim - 1:
+    outs = [_xla.moveaxis_exact(outs[0], -1, axis), jnp.moveaxis(outs[1], -1, axis)]
+  return tuple(outs)
+
+
 def _fmix32(h):
   """murmur3's 32-bit finalizer (a bijection of uint32 with good avalanche)."""
   h = h ^ (h >> 16)

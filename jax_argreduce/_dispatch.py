@@ -101,12 +101,9 @@ def _rows(shape) -> int:
   return int(np.prod(shape[:-1], dtype=np.int64))
 
 
-def handler_wins(op: str, platform: str, shape, dtype) -> bool:
-  """The measured crossover: True where the handler beats the exact XLA path for a static
-  ``shape`` (reduction axis last) of ``dtype``. ``op`` is the public op name (argmax, argmin,
-  max_with_index, min_with_index, categorical)."""
-  if op == "categorical":
-    return True  # the alternative materializes the noise: the handler always wins
+def _argreduce_wins(platform: str, shape, dtype, k) -> bool:
+  """The order-key ops (argmax, argmin, max/min_with_index): the crossovers above."""
+  del k
   rows, cols = _rows(shape), shape[-1]
   if cols == 1:
     return False  # XLA folds the reduction of one column to a constant 0 (no read)
@@ -134,21 +131,66 @@ def handler_wins(op: str, platform: str, shape, dtype) -> bool:
   return False
 
 
-def route(op: str, platform: str, shape, dtype, method: str = "auto") -> str:
+def _categorical_wins(platform: str, shape, dtype, k) -> bool:
+  del platform, shape, dtype, k
+  return True  # the alternative materializes the noise: the handler always wins
+
+
+def _top_k_wins(platform: str, shape, dtype, k) -> bool:
+  """top_k: the handler on CPU (one pass with a bar against XLA's sort of each row); on CUDA the
+  row-select kernels, which take float16, bfloat16 and float32 and k <= TOP_K_MAX_K (the rest:
+  XLA's TopK, a sort for k > 16)."""
+  if platform == "cpu":
+    return True
+  if platform == "cuda":
+    return np.dtype(dtype).itemsize <= 4 and k <= _ffi.TOP_K_MAX_K
+  return False
+
+
+# Per op (the public op names): the FFI handler it lowers to (_ffi.target's op) and where that
+# handler beats the exact XLA path, ``wins(platform, static shape, dtype, k)``.
+OPS = {
+    "argmax": ("argreduce", _argreduce_wins),
+    "argmin": ("argreduce", _argreduce_wins),
+    "max_with_index": ("max_with_index", _argreduce_wins),
+    "min_with_index": ("max_with_index", _argreduce_wins),
+    "categorical": ("categorical", _categorical_wins),
+    "top_k": ("top_k", _top_k_wins),
+}
+
+
+def check_method(method: str) -> str:
+  """``method``, checked once where a public op takes it (ValueError otherwise)."""
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+  return method
+
+
+def handler_wins(op: str, platform: str, shape, dtype, k: int = 0) -> bool:
+  """The measured crossover: True where the handler beats the exact XLA path for a static
+  ``shape`` (reduction axis last) of ``dtype``. ``op`` is the public op name (argmax, argmin,
+  max_with_index, min_with_index, categorical, top_k; ``k``: top_k's)."""
+  return OPS[op][1](platform, shape, dtype, k)
+
+
+def route(op: str, platform: str, shape, dtype, method: str = "auto", *, k: int = 0) -> str:
   """"kernel" (the FFI handler) or "xla" (the exact integer-key path; for categorical, noise
   from ``jax.random``) for one call.
 
   ``shape`` has the reduction axis last (symbolic dimensions allowed: the handler then takes
-  the call and checks the length at run time); ``method`` forces a path where one exists.
+  the call and checks the length at run time, except top_k on CUDA, whose workspace is sized
+  from the shape: the XLA path); ``method`` forces a path where one exists; ``k``: top_k's.
   """
-  if method not in METHODS:
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-  target = "categorical" if op == "categorical" else "argreduce"
+  check_method(method)
+  target, wins = OPS[op]
   if method == "xla" or _ffi.target(target, platform) is None or not handles_dtype(dtype):
     return "xla"
   cols = shape[-1]
   if is_constant_dim(cols) and cols > INT32_MAX:
     return "xla"  # the handlers index rows with 32-bit positions
+  if op == "top_k" and platform == "cuda" and not (
+      is_constant_shape(shape) and np.dtype(dtype).itemsize <= 4 and k <= _ffi.TOP_K_MAX_K):
+    return "xla"  # what the kernels cannot take, even when forced
   if method == "kernel" or not is_constant_shape(shape):
     return "kernel"
-  return "kernel" if handler_wins(op, platform, shape, dtype) else "xla"
+  return "kernel" if wins(platform, shape, dtype, k) else "xla"

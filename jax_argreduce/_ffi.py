@@ -15,8 +15,21 @@ from jax_argreduce import _argreduce
 # nothing about a GPU being present: the handlers are used only on a CUDA backend.
 HAS_CUDA: bool = bool(_argreduce.has_cuda)
 
-# Bytes of XLA workspace every CUDA handler call takes (a constant: any shape, any GPU).
-CUDA_WORKSPACE_BYTES: int = int(_argreduce.cuda_workspace_bytes)
+# The largest k the CUDA top_k kernels take (larger k: the exact XLA path).
+TOP_K_MAX_K: int = int(_argreduce.top_k_max_k)
+
+
+def cuda_workspace_bytes(op: str, rows: int, cols: int, k: int, itemsize: int) -> int:
+  """Bytes of XLA workspace one CUDA handler call of ``op`` (a handler name: "argreduce",
+  "max_with_index", "categorical", "top_k") takes over ``[rows, cols]`` elements of
+  ``itemsize`` bytes (``k``: top_k's): a pure function of the shape (no GPU needed), so the
+  lowering sizes it and an exported program runs on any GPU."""
+  return int(_argreduce.cuda_workspace_bytes(op, int(rows), int(cols), int(k), int(itemsize)))
+
+
+# The order-key ops' and the sampler's workspace: the split path's bound, the same for every
+# shape (their plan depends on the GPU's SM count).
+CUDA_WORKSPACE_BYTES: int = cuda_workspace_bytes("argreduce", 1, 1, 0, 4)
 
 _TARGETS: dict[tuple[str, str], str] = {}
 
@@ -126,3 +139,11 @@ def debug_set_plan_options(*, pdl: bool | None = None, merge: str | None = None,
 
 def debug_plan_options() -> dict:
   return dict(_argreduce.debug.plan_options())
+
+
+def debug_top_k_plan(rows: int, cols: int, k: int, itemsize: int) -> dict:
+  """The CUDA top_k plan (levels, chunks, workspace): a pure function of the shape, computed
+  without a GPU (also in a build without the CUDA handlers)."""
+  plan = dict(_argreduce.debug.top_k_plan(int(rows), int(cols), int(k), int(itemsize)))
+  plan["levels"] = [dict(level) for level in plan["levels"]]
+  return plan

@@ -7,11 +7,13 @@ of a float array. Shapes: ``x: [..., cols] float{16,32,64}|bfloat16 -> (indices 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from jax_argreduce import _dispatch, _ffi, _sharding, _xla
 from jax_argreduce._compat import (CompoundFactor, Primitive, SdyShardingRule, ShapedArray,
@@ -21,10 +23,12 @@ from jax_argreduce._compat import (CompoundFactor, Primitive, SdyShardingRule, S
 
 
 def lower_handler(ctx, op: str, platform: str, operands, operand_factors, result_factors,
-                  **attrs):
+                  workspace_bytes: int | None = None, **attrs):
   """Lowers to the FFI handler ``op`` on ``platform``: one custom call whose results are
-  ``ctx.avals_out`` plus, on CUDA, a workspace (XLA-owned bytes assigned at compile time, so
-  the handler allocates nothing at run time and is safe in command buffers; dropped here).
+  ``ctx.avals_out`` plus, on CUDA, a workspace of ``workspace_bytes`` (default: the order-key
+  ops' and the sampler's bound, _ffi.CUDA_WORKSPACE_BYTES; XLA-owned bytes assigned at compile
+  time, so the handler allocates nothing at run time and is safe in command buffers; dropped
+  here).
 
   ``operand_factors`` / ``result_factors``: per operand / result, a tuple of Shardy factor
   names per dimension, where names shared between operands and results are the row dimensions
@@ -34,7 +38,9 @@ def lower_handler(ctx, op: str, platform: str, operands, operand_factors, result
   avals_out = list(ctx.avals_out)
   workspace = platform == "cuda"
   if workspace:
-    avals_out.append(ShapedArray((_ffi.CUDA_WORKSPACE_BYTES,), np.uint8))
+    if workspace_bytes is None:
+      workspace_bytes = _ffi.CUDA_WORKSPACE_BYTES
+    avals_out.append(ShapedArray((workspace_bytes,), np.uint8))
     result_factors = (*result_factors, ("workspace",))
   results = jax.ffi.ffi_lowering(_ffi.target(op, platform))(
       ctx.replace(avals_out=avals_out), *operands, **attrs)
@@ -62,6 +68,15 @@ def lower_handler(ctx, op: str, platform: str, operands, operand_factors, result
                              multiple_results=True)(
         ctx.replace(avals_in=ctx.avals_out), *results)
   return results
+
+
+def register_lowerings(primitive, lowering) -> None:
+  """Registers ``lowering(ctx, *args, platform=..., **params)`` for the CPU and CUDA platforms
+  (their handlers) and for every other platform (platform "": no target, the XLA path)."""
+  mlir.register_lowering(primitive, functools.partial(lowering, platform=""))
+  for platform in ("cpu", "cuda"):
+    mlir.register_lowering(primitive, functools.partial(lowering, platform=platform),
+                           platform=platform)
 
 
 def _factor_names(factors) -> list[str]:
@@ -123,14 +138,7 @@ def _argreduce_lowering(ctx, x, *, is_min, with_value, index_dtype, method, plat
                        [rows + ("cols",)], [rows] * len(ctx.avals_out), is_min=bool(is_min))
 
 
-# Platforms without a handler route to the XLA path (_dispatch.route: no target).
-mlir.register_lowering(
-    argreduce_p, lambda ctx, x, **params: _argreduce_lowering(ctx, x, platform="", **params))
-for _platform in ("cpu", "cuda"):
-  mlir.register_lowering(
-      argreduce_p,
-      lambda ctx, x, _p=_platform, **params: _argreduce_lowering(ctx, x, platform=_p, **params),
-      platform=_platform)
+register_lowerings(argreduce_p, _argreduce_lowering)
 
 
 def _argreduce_batching(batched_args, batch_dims, **params):
@@ -332,15 +340,7 @@ def _categorical_lowering(ctx, keys, logits, temperature, offsets, *, index_dtyp
                        [key_f, logit_f, t_f, ("noff",)], [rows, rows])
 
 
-mlir.register_lowering(
-    categorical_p,
-    lambda ctx, *args, **params: _categorical_lowering(ctx, *args, platform="", **params))
-for _platform in ("cpu", "cuda"):
-  mlir.register_lowering(
-      categorical_p,
-      lambda ctx, *args, _p=_platform, **params: _categorical_lowering(ctx, *args, platform=_p,
-                                                                       **params),
-      platform=_platform)
+register_lowerings(categorical_p, _categorical_lowering)
 
 
 def _categorical_batching(batched_args, batch_dims, **params):
@@ -402,3 +402,114 @@ def categorical_last_axis(keys, logits, temperature, offsets, *, index_dtype,
     operands = [jax.lax.pcast(a, tuple(sorted(varying - _varying(a), key=str)), to="varying")
                 if varying - _varying(a) else a for a in operands]
   return categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype), method=method)
+
+
+# ---------------------------------------------------------------------------------------------
+# top_k_p: the k first elements of the last axis (SPEC §1e), sorted: values (x's dtype, bit for
+# bit) and indices (index_dtype), both [..., k]. x: [..., cols] float{16,32,64}|bfloat16,
+# 1 <= k <= cols (k == 0 never reaches the primitive).
+
+top_k_p = Primitive("jax_argreduce_top_k")
+top_k_p.multiple_results = True
+top_k_p.def_impl(lambda x, **params: apply_primitive(top_k_p, x, **params))
+
+
+def _top_k_abstract_eval(x, *, k, index_dtype, method):
+  del method
+  # The rows keep x's sharding (explicit mesh axes, manual varying axes); the k axis is whole
+  # on every device, also where x's last axis is split (the partition rule merges the shards).
+  sharding = x.sharding
+  spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+  values = x.update(shape=(*x.shape[:-1], k), sharding=sharding.update(spec=P(*spec[:-1], None)))
+  return [values, values.update(dtype=np.dtype(index_dtype), weak_type=False)]
+
+
+top_k_p.def_abstract_eval(_top_k_abstract_eval)
+
+
+def _top_k_partitioned(ctx, x, *, k, index_dtype, method):
+  """A sharded input never reaches the opaque call whole: where its type splits it over
+  explicit mesh axes, a shard_map over them in which each block takes its own top k (rows
+  split: that is the answer; a split last axis: k candidates per shard with global indices,
+  one exchange of [rows, shards, k], the exact merge, _sharding.split_top_k); where XLA
+  decides the split (Auto axes), the exact XLA path, which XLA partitions. Else None."""
+  aval = ctx.avals_in[0]
+  if not is_constant_shape(aval.shape):
+    return None
+  dims = _sharding.explicit_spec(aval)
+  if dims is None:
+    if method != "kernel" and _sharding.sharding_unknown(ctx, aval):
+      return mlir.lower_fun(
+          lambda v: list(_xla.xla_top_k(v, k, index_dtype=index_dtype)),
+          multiple_results=True)(ctx, x)
+    return None
+  mesh = aval.sharding.mesh
+  row_dims, split = dims[:-1], dims[-1]
+
+  def local(block, kk):  # the block's top kk (manual avals: no partitioning again)
+    return top_k_last_axis(block, kk, index_dtype=index_dtype, method=method)
+
+  def body(block):
+    if split:
+      return list(_sharding.split_top_k(block, split, k, local))
+    return local(block, k)
+
+  out_spec = _sharding.pspec(row_dims + ((),))
+  fn = jax.shard_map(body, mesh=mesh, in_specs=_sharding.pspec(dims),
+                     out_specs=[out_spec, out_spec],
+                     axis_names=_sharding.manual_axes(mesh, dims))
+  return mlir.lower_fun(fn, multiple_results=True)(ctx, x)
+
+
+def _top_k_lowering(ctx, x, *, k, index_dtype, method, platform):
+  partitioned = _top_k_partitioned(ctx, x, k=k, index_dtype=index_dtype, method=method)
+  if partitioned is not None:
+    return partitioned
+  aval = ctx.avals_in[0]
+  if _dispatch.route("top_k", platform, aval.shape, aval.dtype, method, k=k) == "xla":
+    return mlir.lower_fun(lambda v: list(_xla.xla_top_k(v, k, index_dtype=index_dtype)),
+                          multiple_results=True)(ctx, x)
+  rows = _row_factors(aval.ndim - 1)
+  workspace = None
+  if platform == "cuda":  # route: static shapes only on CUDA
+    workspace = _ffi.cuda_workspace_bytes("top_k", math.prod(aval.shape[:-1]), aval.shape[-1],
+                                          k, aval.dtype.itemsize)
+  return lower_handler(ctx, "top_k", platform, [x], [rows + ("cols",)],
+                       [rows + ("k",), rows + ("k",)], workspace_bytes=workspace,
+                       k=np.int64(k))
+
+
+register_lowerings(top_k_p, _top_k_lowering)
+
+
+def _top_k_batching(batched_args, batch_dims, **params):
+  (x,), (bdim,) = batched_args, batch_dims
+  # A batch dimension other than the last axis is more rows; the k axis replaces the last
+  # axis, so the batch dimension keeps its place.
+  if bdim == x.ndim - 1:
+    x = _xla.moveaxis_exact(x, bdim, 0)
+    bdim = 0
+  outs = top_k_p.bind(x, **params)
+  return outs, [bdim, bdim]
+
+
+batching.primitive_batchers[top_k_p] = _top_k_batching
+
+
+def _top_k_jvp(primals, tangents, **params):
+  (x,), (t,) = primals, tangents
+  values, indices = top_k_p.bind(x, **params)
+  index_tangent = Zero(typeof(indices).to_tangent_aval())
+  if type(t) is Zero:
+    return [values, indices], [Zero(typeof(values).to_tangent_aval()), index_tangent]
+  # The input's tangent at the k winning indices.
+  return [values, indices], [_sharding.take_last_axis(t, indices), index_tangent]
+
+
+ad.primitive_jvps[top_k_p] = _top_k_jvp
+
+
+def top_k_last_axis(x, k: int, *, index_dtype, method: str = "auto"):
+  """Binds ``top_k_p`` on ``x`` (the axis last), 1 <= k <= cols: ``[values, indices]``."""
+  return top_k_p.bind(x, k=int(k), index_dtype=np.dtype(index_dtype),
+                      method=_dispatch.check_method(method))

@@ -301,7 +301,10 @@ def _pspec(dims) -> P:
   return P(*(d if d else None for d in dims))
 
 
-def _manual_axes(mesh, dims) -> frozenset:
+pspec = _pspec
+
+
+def manual_axes(mesh, dims) -> frozenset:
   """The mesh axes a shard_map over ``dims`` makes manual: the ones used; with Shardy off every
   explicit axis (XLA's GSPMD partitioner aborts on these partially manual computations:
   'Check failed: sharding.IsManualSubgroup()'); the block is then replicated over the unused
@@ -311,7 +314,7 @@ def _manual_axes(mesh, dims) -> frozenset:
   return frozenset(n for n, t in _axis_types(mesh).items() if t == AxisType.Explicit)
 
 
-def _sharding_unknown(ctx, aval) -> bool:
+def sharding_unknown(ctx, aval) -> bool:
   """True when XLA, not the type, will decide how the input is split: Auto mesh axes of size
   > 1, or a multi-device program whose values carry no mesh at all."""
   mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
@@ -355,7 +358,7 @@ def lower_partitioned(ctx, x, *, is_min: bool, with_value: bool, index_dtype,
     return None  # symbolic shapes (jax.export): as before (XLA gathers a split input)
   dims = explicit_spec(aval)
   if dims is None:
-    if method != "kernel" and _sharding_unknown(ctx, aval):
+    if method != "kernel" and sharding_unknown(ctx, aval):
       fn = functools.partial(xla_partitionable, is_min=is_min, with_value=with_value,
                              index_dtype=index_dtype)
       return mlir.lower_fun(fn, multiple_results=True)(ctx, x)
@@ -374,7 +377,7 @@ def lower_partitioned(ctx, x, *, is_min: bool, with_value: bool, index_dtype,
 
   n_out = 2 if with_value else 1
   fn = jax.shard_map(body, mesh=mesh, in_specs=in_spec, out_specs=[out_spec] * n_out,
-                     axis_names=_manual_axes(mesh, dims))
+                     axis_names=manual_axes(mesh, dims))
   return mlir.lower_fun(fn, multiple_results=True)(ctx, x)
 
 
@@ -476,7 +479,7 @@ def lower_categorical_partitioned(ctx, keys, logits, temperature, offsets, *, in
     return [values, index]
 
   fn = jax.shard_map(body, mesh=mesh, in_specs=(key_spec, _pspec(dims), t_spec, P()),
-                     out_specs=[out_spec, out_spec], axis_names=_manual_axes(mesh, dims))
+                     out_specs=[out_spec, out_spec], axis_names=manual_axes(mesh, dims))
 
   def partitioned(k, x, t, o):
     return fn(_reshard(k, k_aval, mesh, key_spec), x, _reshard(t, t_aval, mesh, t_spec),
@@ -491,26 +494,66 @@ def lower_categorical_partitioned(ctx, keys, logits, temperature, offsets, *, in
 
 
 def take_last_axis(t, indices):
-  """``t[..., indices]`` along the last axis (the value tangent of max_with_index): where the
+  """``t[..., indices]`` along the last axis: ``indices`` of ``t``'s rank less one (one index
+  per row: max_with_index's value tangent) or of its rank (``[..., k]``: top_k's). Where the
   type splits the last axis over explicit mesh axes, each device contributes the elements it
-  holds and one all-reduce of ``[rows]`` sums them (exactly one device contributes each);
+  holds and one all-reduce of the result sums them (exactly one device contributes each);
   ``jnp.take_along_axis`` would need the whole axis (jax raises a ShardingTypeError)."""
+  one = indices.ndim < t.ndim
   dims = explicit_spec(typeof(t))
   if dims is None or not dims[-1]:
-    return jnp.take_along_axis(t, indices[..., None], axis=-1)[..., 0]
+    got = jnp.take_along_axis(t, indices[..., None] if one else indices, axis=-1)
+    return got[..., 0] if one else got
   names = dims[-1]
   mesh = typeof(t).sharding.mesh
-  spec_t, spec_i = _pspec(dims), _pspec(dims[:-1])
+  spec_t, spec_i = _pspec(dims), _pspec(dims[:-1] + (() if one else ((),)))
 
   def body(tb, ib):
     width = tb.shape[-1]
     local = ib - lax.axis_index(names).astype(ib.dtype) * np.asarray(width, ib.dtype)
     mine = (local >= 0) & (local < width)
-    got = jnp.take_along_axis(tb, jnp.clip(local, 0, width - 1)[..., None], axis=-1)[..., 0]
+    at = jnp.clip(local, 0, width - 1)
+    got = jnp.take_along_axis(tb, at[..., None] if one else at, axis=-1)
+    got = got[..., 0] if one else got
     return lax.psum(jnp.where(mine, got, jnp.zeros_like(got)), names)
 
   return jax.shard_map(body, mesh=mesh, in_specs=(spec_t, spec_i), out_specs=spec_i,
-                       axis_names=_manual_axes(mesh, dims))(t, indices)
+                       axis_names=manual_axes(mesh, dims))(t, indices)
+
+
+# ---------------------------------------------------------------------------------------------
+# top_k over a split axis: k candidates per shard, one exchange, the exact merge.
+
+
+def merge_top_k(values, indices, k: int):
+  """The ``k`` first of ``[..., n]`` candidates (``values`` with their global ``indices``) in
+  the SPEC §1 order: the largest order key first, a NaN before every number, -0 == +0, the
+  lowest global index among equal keys. One sort of (-key, index, value bits): exact (the
+  index breaks every tie), values bit for bit."""
+  keys = _xla.ordered_key(values, False)
+  bits = lax.bitcast_convert_type(values, _BITS[values.dtype.itemsize])
+  axis = values.ndim - 1
+  _, index, bits = lax.sort((-keys, indices, bits), dimension=axis, num_keys=2)
+  value = lax.bitcast_convert_type(lax.slice_in_dim(bits, 0, k, axis=axis), values.dtype)
+  return value, lax.slice_in_dim(index, 0, k, axis=axis)
+
+
+def split_top_k(x, names, k: int, local_top_k):
+  """top_k of the whole axis from ``x``, this device's block of a last axis split over mesh
+  axes ``names`` (shard ``s`` holds global columns ``[s * width, (s + 1) * width)``):
+  ``local_top_k(x, kk)`` gives the block's ``kk = min(k, width)`` first (values, local
+  indices); the ``[..., shards, kk]`` candidates are exchanged once (values as bits), made
+  global and merged (:func:`merge_top_k`). Returns ``(values, indices)`` ``[..., k]``, the same
+  on every device of the group (typed invariant along ``names``)."""
+  width = x.shape[-1]
+  values, local = local_top_k(x, min(k, width))
+  bits = lax.bitcast_convert_type(values, _BITS[values.dtype.itemsize])
+  bits, local = _all_gather_invariant((bits, local), names, axis=values.ndim - 1)
+  shard = lax.broadcasted_iota(local.dtype, local.shape, local.ndim - 2)
+  global_index = local + shard * np.asarray(width, local.dtype)
+  flat = (*local.shape[:-2], local.shape[-2] * local.shape[-1])
+  values = lax.bitcast_convert_type(bits, values.dtype).reshape(flat)
+  return merge_top_k(values, global_index.reshape(flat), k)
 
 
 def needs_two_stage_flatten(x) -> bool:

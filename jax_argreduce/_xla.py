@@ -126,3 +126,41 @@ def _moveaxis_bits(x, source, destination):
 def _moveaxis_bits_jvp(source, destination, primals, tangents):
   (x,), (t,) = primals, tangents
   return _moveaxis_bits(x, source, destination), jnp.moveaxis(t, source, destination)
+
+
+def _bits_of(x):
+  """``x``'s bits as integers of its width (exact transport of floats: NaN payloads, -0)."""
+  return lax.bitcast_convert_type(x, _FORMATS[np.dtype(x.dtype)][0])
+
+
+def take_bits_along_last_axis(x, indices):
+  """``x[..., indices]`` along the last axis (``indices``: ``[..., k]``), bit for bit: floats
+  move as integers (XLA may canonicalize NaN payloads when it moves 16-bit floats)."""
+  bits = jnp.take_along_axis(_bits_of(x), indices, axis=-1, mode="promise_in_bounds")
+  return lax.bitcast_convert_type(bits, x.dtype)
+
+
+def sort_top_k(keys, k: int, index_dtype):
+  """Positions of the ``k`` largest integer ``keys`` along the last axis, the lowest position
+  first among equal keys: one sort of (-key, position), exact on every backend whatever its
+  sort's stability. Returns ``(keys, positions)`` of shape ``[..., k]``. Keys never hold their
+  type's minimum (``ordered_key``: no element has it), so the negation cannot overflow."""
+  positions = lax.broadcasted_iota(np.dtype(index_dtype), keys.shape, keys.ndim - 1)
+  neg, positions = lax.sort((-keys, positions), dimension=keys.ndim - 1, num_keys=2)
+  return -lax.slice_in_dim(neg, 0, k, axis=-1), lax.slice_in_dim(positions, 0, k, axis=-1)
+
+
+def xla_top_k(x, k: int, *, index_dtype):
+  """The exact XLA path of top_k (SPEC §1e) along the last axis of float ``x``: the ``k`` first
+  elements in the order of ``ordered_key`` (a NaN before every number, -0 == +0, ties to the
+  lowest index), values bit for bit. ``lax.top_k`` over the integer keys where its int32
+  indices reach (XLA keeps the lowest index first among equal keys: tested on CPU and GPU), a
+  sort of (key, position) pairs for longer rows."""
+  keys = ordered_key(x, False)
+  cols = x.shape[-1]
+  if is_constant_dim(cols) and cols - 1 > np.iinfo(np.int32).max:
+    _, indices = sort_top_k(keys, k, index_dtype)
+  else:
+    _, indices = lax.top_k(keys, k)
+    indices = indices.astype(index_dtype)
+  return take_bits_along_last_axis(x, indices), indices

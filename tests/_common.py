@@ -80,6 +80,27 @@ def x64_for(dtype):
   return jax.enable_x64(np.dtype(reference.np_dtype(dtype)) == np.float64)
 
 
+def cuda_check_exe(tmp_path, name: str, sources, prebuilt_env: str | None = None):
+  """(exe, compute-sanitizer path) of tests/cuda/<name>.cu linked with the ffi/ ``sources``,
+  built here with nvcc for this GPU (``-arch=native``), or the binary named by the environment
+  variable ``prebuilt_env`` (built ahead for this GPU); skips without nvcc or the sanitizer."""
+  import os
+  import shutil
+  import subprocess
+  nvcc, sanitizer = shutil.which("nvcc"), shutil.which("compute-sanitizer")
+  if not nvcc or not sanitizer:
+    pytest.skip("nvcc or compute-sanitizer not found")
+  if prebuilt_env and os.environ.get(prebuilt_env):
+    return os.environ[prebuilt_env], sanitizer
+  here = os.path.dirname(__file__)
+  ffi = os.path.join(here, "..", "ffi")
+  exe = str(tmp_path / name)
+  subprocess.run([nvcc, "-std=c++17", "-arch=native", "-O2", "-I", ffi,
+                  os.path.join(here, "cuda", name + ".cu"),
+                  *(os.path.join(ffi, s) for s in sources), "-o", exe], check=True)
+  return exe, sanitizer
+
+
 @pytest.fixture
 def needs_cuda_build():
   if not _ffi.HAS_CUDA:

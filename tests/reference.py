@@ -95,6 +95,26 @@ REFERENCE = {"argmax": argmax, "argmin": argmin, "max_with_index": max_with_inde
              "min_with_index": min_with_index}
 
 
+def top_k(x, k: int, axis: int = -1):
+  """SPEC §1e on decoded floats (not the package's integer keys): per row along ``axis``, the
+  ``k`` first elements ordered by (is NaN, value) descending with -0.0 == +0.0, then index
+  ascending; ``(values, indices)`` with ``k`` in place of ``axis``, values bit for bit."""
+  x = np.asarray(x)
+  moved = np.moveaxis(x, axis, -1)
+  wide = _exact(moved)
+  if wide.dtype.kind == "f":
+    nan = np.isnan(wide)
+    value = np.where(nan, 0, wide)
+    keys = [-value, -nan.astype(np.int8)]
+  else:  # integers, bool: their own order
+    keys = [-wide.astype(np.int64)]
+  cols = moved.shape[-1]
+  index = np.broadcast_to(np.arange(cols), moved.shape)
+  order = np.lexsort([index, *keys], axis=-1)[..., :k]  # last key primary
+  values = np.take_along_axis(moved, order, axis=-1)
+  return np.moveaxis(values, -1, axis), np.moveaxis(order, -1, axis)
+
+
 def mismatch(got, want, *, op: str) -> str | None:
   """None when ``got`` (indices, or (values, indices)) equals the reference ``want``: indices
   by value, values bit for bit (shape and dtype included); else what differs."""

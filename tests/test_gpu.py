@@ -21,7 +21,6 @@ other options.
 
 import contextlib
 import os
-import shutil
 import subprocess
 import warnings
 
@@ -33,7 +32,7 @@ import pytest
 import jax_argreduce
 import reference
 from _common import (BLOCK_OPTION_SETS, OPTION_SETS, TEAM_OPTION_SETS,  # noqa: F401
-                     needs_cuda_build, plan_options, x64_for)
+                     cuda_check_exe, needs_cuda_build, plan_options, x64_for)
 from jax_argreduce import _api, _dispatch, _ffi
 from reference import OPS, fill_rows, random_rows
 
@@ -523,17 +522,7 @@ def test_more_than_2_31_elements(rng):
 
 
 def _kernel_check_exe(tmp_path):
-  nvcc, sanitizer = shutil.which("nvcc"), shutil.which("compute-sanitizer")
-  if not nvcc or not sanitizer:
-    pytest.skip("nvcc or compute-sanitizer not found")
-  here = os.path.dirname(__file__)
-  ffi = os.path.join(here, "..", "ffi")
-  exe = str(tmp_path / "kernel_check")
-  subprocess.run([nvcc, "-std=c++17", "-arch=native", "-O2", "-I", ffi,
-                  os.path.join(here, "cuda", "kernel_check.cu"),
-                  os.path.join(ffi, "argreduce_kernels.cu"),
-                  os.path.join(ffi, "launch_plan.cc"), "-o", exe], check=True)
-  return exe, sanitizer
+  return cuda_check_exe(tmp_path, "kernel_check", ["argreduce_kernels.cu", "launch_plan.cc"])
 
 
 # Option sets for the sanitizers: PDL on and off, the split path's merge in its last block, in

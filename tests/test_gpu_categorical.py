@@ -604,12 +604,26 @@ int main(int argc, char** argv) {
         CHECK(cudaDeviceSynchronize());
         for (int k = 0; k < 2; ++k) {  // back to back, one stream, one workspace
           Launch& l = L[k];
-          CHECK(LaunchCategorical(stream, device, /*counter_slot=*/3, options, f,
-                                  static_cast<const uint32_t*>(l.d_keys), l.num_keys,
-                                  static_cast<const uint8_t*>(l.d_x) + shift * w, c.rows, c.cols,
-                                  l.d_t, l.per_row_t,
-                                  l.null_offsets ? nullptr : static_cast<const int32_t*>(l.d_off),
-                                  l.d_idx, l.int64_idx, l.d_val, d_ws, kWorkspaceBytes));
+          CategoricalLaunch launch;
+          launch.stream = stream;
+          launch.device = device;
+          launch.counter_slot = 3;
+          launch.options = options;
+          launch.format = f;
+          launch.keys = static_cast<const uint32_t*>(l.d_keys);
+          launch.num_keys = l.num_keys;
+          launch.logits = static_cast<const uint8_t*>(l.d_x) + shift * w;
+          launch.rows = c.rows;
+          launch.cols = c.cols;
+          launch.temperature = l.d_t;
+          launch.temperature_per_row = l.per_row_t;
+          launch.offsets = l.null_offsets ? nullptr : static_cast<const int32_t*>(l.d_off);
+          launch.indices = l.d_idx;
+          launch.index_is_int64 = l.int64_idx;
+          launch.noisy_max = l.d_val;
+          launch.workspace = d_ws;
+          launch.workspace_bytes = kWorkspaceBytes;
+          CHECK(LaunchCategorical(launch));
         }
         CHECK(cudaStreamSynchronize(stream));
         for (int k = 0; k < 2; ++k) {

@@ -747,3 +747,159 @@ def test_categorical_one_row_vocab_sharded(shape):
     key = jax.random.key(seed)
     np.testing.assert_array_equal(np.asarray(f(key, xs)), np.asarray(f(key, x)))
   assert_pairs_only(f.lower(jax.random.key(0), xs).compile(), 1, N)
+
+
+# ---------------------------------------------------------------------------------------------
+# top_k (SPEC §1e): rows split -> local, no collective; a split axis -> each shard's k
+# candidates with global indices, one exchange of [rows, shards, k] (values and indices), the
+# exact merge; never a gather of the input.
+
+TOPK_K = 25
+
+
+def check_top_k(got, x, k, axis=-1):
+  import reference  # tests/: the numpy reference of SPEC §1e
+  want_v, want_i = reference.top_k(np.asarray(x), k, axis=axis)
+  reference.assert_matches((np.asarray(got[0]), np.asarray(got[1])),
+                           (want_v, want_i.astype(np.int32)), op="max_with_index")
+
+
+def assert_candidates_only(compiled, rows, shards, k):
+  """At most two gathered buffers (value bits and indices), each no larger than
+  [rows, shards, k]; on GPU one collective (XLA's combiner merges them)."""
+  found = collectives(compiled.as_text())
+  operands = [size for op, sizes in found for size in sizes]
+  assert found and 1 <= len(operands) <= 2, found
+  if PLATFORM == "cuda":
+    assert len(found) == 1, found
+  for op, sizes in found:
+    assert op == "all-gather", found
+    assert max(sizes) <= rows * shards * k, found
+
+
+@pytest.mark.parametrize("method", ["public", "kernel", "xla"])
+@pytest.mark.parametrize("where,spec", CASES_1D, ids=[c[0] for c in CASES_1D])
+def test_top_k_mesh_1d(partitioner, where, spec, method):
+  mesh = mesh_1d()
+  x = boundary_rows()
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  f = jax.jit(lambda v: ar.top_k(v, TOPK_K, method=method.replace("public", "auto")))
+  got = f(xs)
+  check_top_k(got, x, TOPK_K)
+  assert got[0].sharding.spec[-1] is None and got[1].sharding.spec[-1] is None
+  compiled = f.lower(xs).compile()
+  block = (ROWS // N, COLS) if where == "rows" else (ROWS, COLS // N)
+  if method != "xla":
+    assert_routed(compiled, "top_k", method, block, x.dtype)
+  if where == "rows":
+    assert_no_collective(compiled)
+  else:
+    assert_candidates_only(compiled, ROWS, N, TOPK_K)
+
+
+@needs4
+@pytest.mark.parametrize("case,spec,rows,shards", CASES_2D, ids=[c[0] for c in CASES_2D])
+def test_top_k_mesh_2d(partitioner, case, spec, rows, shards):
+  mesh = mesh_2d()
+  x = randn((ROWS, COLS), seed=12)
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  f = jax.jit(lambda v: ar.top_k(v, 7))
+  check_top_k(f(xs), x, 7)
+  compiled = f.lower(xs).compile()
+  if shards == 1:
+    assert_no_collective(compiled)
+  else:
+    assert_candidates_only(compiled, rows, shards, 7)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_top_k_ties_nans_at_shard_boundaries(dtype):
+  """NaNs, equal maxima and ±0 across shard boundaries; k larger than a shard's width (each
+  shard gives all its columns); k = 1 (max_with_index's answer)."""
+  import reference
+  mesh = mesh_1d()
+  x = boundary_rows(dtype)
+  rng = np.random.default_rng(13)
+  small = reference.fill_rows(dtype, rng, ROWS, 4 * N, np.arange(ROWS) % len(reference.FILLS))
+  for data, ks in ((x, (1, 3, TOPK_K, 1001)), (small, (1, 5, 4 * N))):
+    xs = jax.device_put(data, NamedSharding(mesh, P(None, "d")))
+    for k in ks:
+      check_top_k(jax.jit(lambda v: ar.top_k(v, k))(xs), data, k)
+
+
+def test_top_k_float64_vocab_sharded(x64):
+  with x64(True):
+    mesh = mesh_1d()
+    x = boundary_rows("float64")
+    xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+    got = jax.jit(lambda v: ar.top_k(v, 9))(xs)
+    assert got[1].dtype == np.int32
+    check_top_k(got, x, 9)
+
+
+@needs4
+def test_top_k_other_axis():
+  mesh = mesh_2d()
+  x = randn((2, 4 * 250, 8), seed=14)
+  xs = jax.device_put(x, NamedSharding(mesh, P("a", "b", None)))
+  check_top_k(jax.jit(lambda v: ar.top_k(v, 6, axis=1))(xs), x, 6, axis=1)
+
+
+def test_top_k_vmap_over_sharded_batch():
+  mesh = mesh_1d()
+  x = randn((2, 4, 1000), seed=15)
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, None, "d")))
+  f = jax.jit(jax.vmap(lambda r: ar.top_k(r, 5)))
+  check_top_k(f(xs), x, 5)
+  assert_candidates_only(f.lower(xs).compile(), 8, N, 5)
+
+
+@pytest.mark.parametrize("spec", [P("d", None), P(None, "d")], ids=["rows", "vocab"])
+def test_top_k_grad_of_values(partitioner, spec):
+  mesh = mesh_1d()
+  x = randn((ROWS, COLS), seed=16)
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  with jax.set_mesh(mesh):
+    g = jax.jit(jax.grad(lambda v: ar.top_k(v, 4)[0].sum()))(xs)
+  want = np.zeros_like(x)
+  np.put_along_axis(want, np.argsort(-x, axis=-1, kind="stable")[:, :4], 1.0, axis=-1)
+  np.testing.assert_array_equal(np.asarray(g), want)
+
+
+def test_top_k_auto_axes(partitioner):
+  """Auto axes: the exact XLA path, which XLA partitions (rows: local)."""
+  mesh = mesh_1d(AxisType.Auto)
+  x = boundary_rows()
+  for spec in (P("d", None), P(None, "d")):
+    xs = jax.device_put(x, NamedSharding(mesh, spec))
+    f = jax.jit(lambda v: ar.top_k(v, TOPK_K))
+    check_top_k(f(xs), x, TOPK_K)
+    text = f.lower(xs).compile().as_text()
+    assert not any(f'custom_call_target="{t}"' in text for t in _ffi.all_targets())
+
+
+@pytest.mark.parametrize("method", ["public", "kernel"])
+def test_top_k_axis_name_in_shard_map(method):
+  mesh = mesh_1d()
+  x = boundary_rows()
+  xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+  f = jax.jit(jax.shard_map(
+      lambda v: ar.top_k(v, TOPK_K, axis_name="d", method=method.replace("public", "auto")),
+      mesh=mesh, in_specs=P(None, "d"), out_specs=(P(), P())))
+  check_top_k(f(xs), x, TOPK_K)
+  assert_candidates_only(f.lower(xs).compile(), ROWS, N, TOPK_K)
+  bad = jax.shard_map(lambda v: ar.top_k(v, 3, axis_name="nope"), mesh=mesh,
+                      in_specs=P(None, "d"), out_specs=(P(), P()))
+  with pytest.raises(ValueError, match="'nope' is not a mesh axis"):
+    jax.jit(bad)(xs)
+
+
+@pytest.mark.parametrize("spec", [P("d", None), P(None, "d")], ids=["rows", "vocab"])
+def test_top_k_export_round_trip(spec):
+  mesh = mesh_1d()
+  x = boundary_rows()
+  xs = jax.device_put(x, NamedSharding(mesh, spec))
+  exported = jax.export.export(jax.jit(lambda v: ar.top_k(v, 6)),
+                               disabled_checks=_export_checks())(xs)
+  restored = jax.export.deserialize(exported.serialize())
+  check_top_k(restored.call(xs), x, 6)

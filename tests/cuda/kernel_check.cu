@@ -44,39 +44,12 @@
 using namespace jax_argreduce;
 
 #include "cuda_check.h"  // CHECK(call)
+#include "float_bits.h"  // Decode
 
 namespace {
 
 size_t Width(Format f) { return static_cast<size_t>(FormatBytes(f)); }
 
-// Decode the format's bits exactly (NaN stays NaN; subnormals are exact in double).
-double Decode(Format f, uint64_t bits) {
-  switch (f) {
-    case Format::kF16: {
-      __half_raw raw;
-      raw.x = static_cast<uint16_t>(bits);
-      return __half2float(__half(raw));
-    }
-    case Format::kBF16: {  // bfloat16 is the top half of a float32
-      const uint32_t b = static_cast<uint32_t>(bits) << 16;
-      float x;
-      std::memcpy(&x, &b, 4);
-      return x;
-    }
-    case Format::kF32: {
-      const uint32_t b = static_cast<uint32_t>(bits);
-      float x;
-      std::memcpy(&x, &b, 4);
-      return x;
-    }
-    case Format::kF64: {
-      double x;
-      std::memcpy(&x, &bits, 8);
-      return x;
-    }
-  }
-  return 0;
-}
 
 // Bit layout of a format, to build special values from bit patterns.
 struct Layout {
@@ -297,9 +270,22 @@ int main(int argc, char** argv) {
             auto launch_both = [&] {
               for (int k = 0; k < 2; ++k) {
                 const void* x = static_cast<const uint8_t*>(d_x[k]) + offset * w;
-                CHECK(LaunchArgReduce(stream, device, kSlot, options, f, is_min, x, c.rows,
-                                      c.cols, d_idx[k], idx64, with_values ? d_val[k] : nullptr,
-                                      d_ws, ws_bytes));
+                ArgReduceLaunch launch;
+                launch.stream = stream;
+                launch.device = device;
+                launch.counter_slot = kSlot;
+                launch.options = options;
+                launch.format = f;
+                launch.is_min = is_min;
+                launch.x = x;
+                launch.rows = c.rows;
+                launch.cols = c.cols;
+                launch.indices = d_idx[k];
+                launch.index_is_int64 = idx64;
+                launch.values = with_values ? d_val[k] : nullptr;
+                launch.workspace = d_ws;
+                launch.workspace_bytes = ws_bytes;
+                CHECK(LaunchArgReduce(launch));
               }
             };
             poison_outputs();

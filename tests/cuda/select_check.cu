@@ -1,0 +1,330 @@
+// Standalone check of the top_k launcher (ffi/top_k_kernels.h), meant to run under
+// compute-sanitizer (memcheck, racecheck): buffers come from plain cudaMalloc so every
+// out-of-bounds access is caught. Every plan shape is taken (level 0 alone, two levels, three
+// and more; 8, 16 and 32 elements per thread) for float16, bfloat16 and float32, on rows of
+// normal values, few distinct values (ties everywhere, also at the k-th place), NaNs of both
+// signs and random payloads, ±0, ±inf, subnormals and all -inf rows, aligned and unaligned row
+// starts, k from 1 to 1024, launched from the host and captured into a CUDA graph that is
+// replayed. Outputs and the workspace are poisoned before every launch; values are compared
+// bit for bit and indices with a reference written here (decoded floats sorted by (NaN first,
+// value descending, -0 == +0, index ascending)), not the kernels' radix keys.
+//
+// Build (repository root):
+//   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi tests/cuda/select_check.cu ffi/top_k_kernels.cu
+//        ffi/launch_plan.cc -o select_check
+// Run: select_check [--pdl=0|1] [--quick]
+//      select_check --time (no checks: the median of 30 launches, by CUDA events, of the
+//      benchmark shapes; for comparing builds of the kernels on one GPU)
+// Prints one line per case and "select_check: N cases, M mismatches"; exit 1 on a mismatch,
+// 2 on a CUDA error, 3 when a plan shape was never taken.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launch_plan.h"
+#include "top_k_kernels.h"
+
+using namespace jax_argreduce;
+
+#include "cuda_check.h"  // CHECK(call)
+#include "float_bits.h"  // Decode
+
+namespace {
+
+uint32_t Encode(Format f, float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  if (f == Format::kF32) return b;
+  if (f == Format::kBF16) return b >> 16;  // truncation: any bits are a valid value here
+  __half h = __float2half(v);
+  return reinterpret_cast<__half_raw&>(h).x;
+}
+
+struct Spec {
+  Format f;
+  uint32_t inf, sign, qnan, mant;
+};
+Spec SpecOf(Format f) {
+  switch (f) {
+    case Format::kF16: return {f, 0x7C00u, 0x8000u, 0x7E00u, 0x3FFu};
+    case Format::kBF16: return {f, 0x7F80u, 0x8000u, 0x7FC0u, 0x7Fu};
+    default: return {f, 0x7F800000u, 0x80000000u, 0x7FC00000u, 0x7FFFFFu};
+  }
+}
+
+// One row of `cols` elements (bits) of kind `kind`.
+void FillRow(const Spec& s, int kind, std::mt19937_64& rng, uint32_t* row, int64_t cols) {
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int64_t> col(0, cols - 1);
+  auto nan = [&] {
+    const uint32_t payload = static_cast<uint32_t>(rng()) & s.mant;
+    return (rng() % 3 == 0 ? s.qnan : (s.inf | (payload ? payload : 1u))) |
+           (rng() % 2 ? s.sign : 0u);
+  };
+  for (int64_t c = 0; c < cols; ++c) row[c] = Encode(s.f, normal(rng));
+  switch (kind) {
+    case 0: break;  // normal
+    case 1:  // few distinct values: ties everywhere
+      for (int64_t c = 0; c < cols; ++c) row[c] = Encode(s.f, static_cast<float>(rng() % 5));
+      break;
+    case 2:  // NaNs here and there
+      for (int i = 0; i < 40; ++i) row[col(rng)] = nan();
+      break;
+    case 3:  // ±0 as the maxima, over negative values
+      for (int64_t c = 0; c < cols; ++c) row[c] = Encode(s.f, -1.0f - std::fabs(normal(rng)));
+      for (int i = 0; i < 300; ++i) row[col(rng)] = rng() % 2 ? s.sign : 0u;
+      break;
+    case 4:  // ±inf and subnormals
+      for (int i = 0; i < 60; ++i) row[col(rng)] = s.inf | (rng() % 2 ? s.sign : 0u);
+      for (int i = 0; i < 200; ++i) {
+        row[col(rng)] = ((static_cast<uint32_t>(rng()) & s.mant) | 1u) | (rng() % 2 ? s.sign : 0u);
+      }
+      break;
+    case 5:  // all -inf
+      for (int64_t c = 0; c < cols; ++c) row[c] = s.inf | s.sign;
+      break;
+    case 6:  // all one value
+      for (int64_t c = 0; c < cols; ++c) row[c] = row[0];
+      break;
+    default:  // random bits (NaNs, subnormals, everything)
+      for (int64_t c = 0; c < cols; ++c) row[c] = static_cast<uint32_t>(rng()) &
+                                                  (s.f == Format::kF32 ? 0xFFFFFFFFu : 0xFFFFu);
+  }
+}
+constexpr int kKinds = 8;
+
+// The reference: columns of the k first elements (NaN first, value descending, -0 == +0,
+// index ascending).
+std::vector<int32_t> Reference(Format f, const uint32_t* row, int64_t cols, int64_t k) {
+  std::vector<int32_t> idx(cols);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::vector<double> value(cols);
+  std::vector<char> nan(cols);
+  for (int64_t c = 0; c < cols; ++c) {
+    value[c] = Decode(f, row[c]);
+    nan[c] = std::isnan(value[c]);
+  }
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    if (nan[a] != nan[b]) return nan[a] > nan[b];
+    if (!nan[a] && value[a] != value[b]) return value[a] > value[b];
+    return a < b;
+  });
+  idx.resize(k);
+  return idx;
+}
+
+struct Case {
+  Format f;
+  int64_t rows, cols, k;
+  int offset;  // elements the input starts past a 16-byte boundary
+};
+
+// A case's device buffers (plain cudaMalloc: the sanitizer sees every overrun) and the launch
+// over them; the input is `host` (the case's elements after `offset` padding elements).
+struct Buffers {
+  uint8_t *x = nullptr, *values = nullptr, *workspace = nullptr;
+  int32_t* indices = nullptr;
+  TopKLaunch launch;
+
+  Buffers(const Case& c, const std::vector<uint8_t>& host) {
+    const size_t width = FormatBytes(c.f);
+    const size_t ws = WorkspaceBytes("top_k", c.rows, c.cols, c.k, static_cast<int>(width));
+    CHECK(cudaMalloc(&x, host.size()));
+    CHECK(cudaMalloc(&values, c.rows * c.k * width));
+    CHECK(cudaMalloc(&indices, c.rows * c.k * sizeof(int32_t)));
+    CHECK(cudaMalloc(&workspace, ws));
+    CHECK(cudaMemcpy(x, host.data(), host.size(), cudaMemcpyHostToDevice));
+    launch.format = c.f;
+    launch.x = x + c.offset * width;
+    launch.rows = c.rows;
+    launch.cols = c.cols;
+    launch.k = c.k;
+    launch.values = values;
+    launch.indices = indices;
+    launch.workspace = workspace;
+    launch.workspace_bytes = ws;
+    CHECK(cudaGetDevice(&launch.device));
+  }
+  ~Buffers() {
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(values));
+    CHECK(cudaFree(indices));
+    CHECK(cudaFree(workspace));
+  }
+};
+
+int cases_run = 0, mismatches = 0;
+std::set<std::string> taken;
+
+void Run(const Case& c, bool pdl, bool graph, std::mt19937_64& rng) {
+  const size_t width = FormatBytes(c.f);
+  const int64_t n = c.rows * c.cols;
+  std::vector<uint32_t> bits(n);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    FillRow(SpecOf(c.f), static_cast<int>((r + rng() % 2) % kKinds), rng, &bits[r * c.cols],
+            c.cols);
+  }
+  std::vector<uint8_t> host((n + c.offset) * width);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(&host[(i + c.offset) * width], &bits[i], width);
+  const SelectPlan plan = PlanTopK(c.rows, c.cols, c.k, static_cast<int>(width));
+  taken.insert(std::to_string(static_cast<int>(c.f)) + "/E" +
+               std::to_string(plan.elements_per_thread));
+  taken.insert("levels" + std::to_string(std::min(plan.levels, 3)));
+  Buffers buf(c, host);
+  uint8_t* d_values = buf.values;
+  int32_t* d_indices = buf.indices;
+  const size_t ws_bytes = buf.launch.workspace_bytes;
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  TopKLaunch launch = buf.launch;
+  launch.stream = stream;
+  launch.options.pdl = pdl;
+  CHECK(cudaMemsetAsync(d_values, 0xFF, c.rows * c.k * width, stream));
+  CHECK(cudaMemsetAsync(d_indices, 0xFF, c.rows * c.k * sizeof(int32_t), stream));
+  CHECK(cudaMemsetAsync(buf.workspace, 0xAB, ws_bytes, stream));
+  if (graph) {  // captured, replayed twice (the second replay over the first's workspace)
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    CHECK(LaunchTopK(launch));
+    CHECK(cudaStreamEndCapture(stream, &g));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaMemsetAsync(d_values, 0xFF, c.rows * c.k * width, stream));
+    CHECK(cudaMemsetAsync(d_indices, 0xFF, c.rows * c.k * sizeof(int32_t), stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(g));
+  } else {
+    CHECK(LaunchTopK(launch));
+  }
+  CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint8_t> values(c.rows * c.k * width);
+  std::vector<int32_t> indices(c.rows * c.k);
+  CHECK(cudaMemcpy(values.data(), d_values, values.size(), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(indices.data(), d_indices, indices.size() * 4, cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int64_t r = 0; r < c.rows && bad < 3; ++r) {
+    const std::vector<int32_t> want = Reference(c.f, &bits[r * c.cols], c.cols, c.k);
+    for (int64_t i = 0; i < c.k; ++i) {
+      uint32_t got_bits = 0;
+      std::memcpy(&got_bits, &values[(r * c.k + i) * width], width);
+      const int32_t got = indices[r * c.k + i];
+      if (got != want[i] || got_bits != bits[r * c.cols + want[i]]) {
+        if (bad++ < 3) {
+          std::printf("  row %lld place %lld: got column %d (bits %#x), want %d (bits %#x)\n",
+                      static_cast<long long>(r), static_cast<long long>(i), got, got_bits,
+                      want[i], bits[r * c.cols + want[i]]);
+        }
+        break;
+      }
+    }
+  }
+  ++cases_run;
+  mismatches += bad > 0;
+  std::printf("%s format %d %lldx%lld k=%lld offset %d E%d levels %d pdl %d graph %d\n",
+              bad ? "MISMATCH" : "ok", static_cast<int>(c.f), static_cast<long long>(c.rows),
+              static_cast<long long>(c.cols), static_cast<long long>(c.k), c.offset,
+              plan.elements_per_thread, plan.levels, pdl, graph);
+  CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+
+// --time: the median launch time (CUDA events) of each benchmark shape on normal rows.
+int Time() {
+  std::mt19937_64 rng(7);
+  const Case shapes[] = {{Format::kF32, 1, 202048, 50, 0},   {Format::kF32, 8, 202048, 50, 0},
+                         {Format::kF32, 256, 202048, 50, 0}, {Format::kBF16, 1, 202048, 50, 0},
+                         {Format::kBF16, 8, 202048, 50, 0},  {Format::kBF16, 256, 202048, 50, 0},
+                         {Format::kF32, 256, 202048, 1024, 0}};
+  for (const Case& c : shapes) {
+    const size_t width = FormatBytes(c.f);
+    const int64_t n = c.rows * c.cols;
+    std::vector<uint32_t> bits(n);
+    std::normal_distribution<float> normal;
+    for (int64_t i = 0; i < n; ++i) bits[i] = Encode(c.f, normal(rng));
+    std::vector<uint8_t> host(n * width);
+    for (int64_t i = 0; i < n; ++i) std::memcpy(&host[i * width], &bits[i], width);
+    Buffers buf(c, host);
+    const TopKLaunch& launch = buf.launch;
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    std::vector<float> ms;
+    for (int i = 0; i < 35; ++i) {
+      CHECK(cudaEventRecord(start));
+      CHECK(LaunchTopK(launch));
+      CHECK(cudaEventRecord(stop));
+      CHECK(cudaEventSynchronize(stop));
+      float t = 0;
+      CHECK(cudaEventElapsedTime(&t, start, stop));
+      if (i >= 5) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("time format %d %lldx%lld k=%lld: %.2f us\n", static_cast<int>(c.f),
+                static_cast<long long>(c.rows), static_cast<long long>(c.cols),
+                static_cast<long long>(c.k), 1000.0 * ms[ms.size() / 2]);
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int pdl_flag = -1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--time") == 0) return Time();
+    else if (std::strncmp(argv[i], "--pdl=", 6) == 0) pdl_flag = std::atoi(argv[i] + 6);
+  }
+  std::mt19937_64 rng(12345);
+  // (rows, cols, k): level 0 alone at E 32 and 8, E 16, two levels at E 8 and 32, three and
+  // four levels (k = 1024), k = cols, a row shorter than k candidates' chunk, k = 1.
+  std::vector<Case> shapes = {
+      {Format::kF32, 300, 1000, 10, 0},   {Format::kF32, 3, 1000, 1000, 0},
+      {Format::kF32, 64, 20000, 16, 0},   {Format::kF32, 1, 50000, 50, 0},
+      {Format::kF32, 256, 9000, 50, 0},   {Format::kF32, 1, 50000, 1024, 0},
+      {Format::kF32, 2, 8193, 1, 3},      {Format::kF32, 5, 4099, 257, 1},
+  };
+  if (!quick) {
+    shapes.push_back({Format::kF32, 1, 202048, 1024, 0});
+    shapes.push_back({Format::kF32, 8, 202048, 50, 0});
+    shapes.push_back({Format::kF32, 256, 32001, 256, 1});
+    shapes.push_back({Format::kF32, 2, 300001, 777, 2});
+  }
+  std::vector<Case> cases;
+  for (Format f : {Format::kF32, Format::kBF16, Format::kF16}) {
+    for (Case c : shapes) {
+      c.f = f;
+      cases.push_back(c);
+    }
+  }
+  for (const Case& c : cases) {
+    for (int pdl = 0; pdl <= 1; ++pdl) {
+      if (pdl_flag >= 0 && pdl != pdl_flag) continue;
+      Run(c, pdl != 0, false, rng);
+      if (!quick || c.rows * c.cols < 100000) Run(c, pdl != 0, true, rng);
+    }
+  }
+  std::printf("select_check: %d cases, %d mismatches\n", cases_run, mismatches);
+  if (mismatches) return 1;
+  for (const char* want : {"levels1", "levels2", "levels3", "0/E8", "0/E16", "0/E32", "1/E8",
+                           "1/E16", "1/E32", "2/E8", "2/E16", "2/E32"}) {
+    if (!taken.count(want)) {
+      std::printf("select_check: plan shape %s never taken\n", want);
+      return 3;
+    }
+  }
+  return 0;
+}
