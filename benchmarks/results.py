@@ -440,7 +440,7 @@ def readme_table(summaries: list[Summary]) -> list[str]:
         row.append(f"{v['ours'] - v[v['ref']]:+.2f}{xla}")
     lines.append("| " + " | ".join(row) + " |")
   against = ", ".join(f"{op} vs `{r}`" for op, r in refs.items())
-  return [f"Δ µs per decode step, ours − reference ({against}); negative is faster. "
+  return [f"Δ µs per decode step, ours − reference ({against}); negative is faster.",
           f"Measured: {src.measured('benchmarks/')}", ""] + lines
 
 
