@@ -11,8 +11,8 @@ H200 described by the GpuTargetConfigProto below (``jax.experimental.topologies`
 computation that runs on the device (the entry, loop bodies and conditions: fusions, async
 fusion-starts, custom calls and copies, numbered suffixes dropped), so a change to how the
 call's operands are formed can be judged by the kernels it adds or removes before any device
-time is spent (NOTES.md 73). Not a timing: a kernel of one thread costs ~1 µs in a chain step
-on the H200 (NOTES.md 72).
+time is spent (NOTES.md try 73). Not a timing: a kernel of one thread costs ~1 µs in a chain
+step on the H200 (NOTES.md try 72).
 
 The loops are bench.py's chain step (``logits = h @ W``, ``tok = pick(logits, step key)``,
 ``h = 0.5 * h + E[tok]``, K = 16 steps, dim 256, T = 0.8) with the step key made five ways:

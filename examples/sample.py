@@ -28,12 +28,9 @@ ours fails). ``--logits FILE.npy`` skips the model and picks from saved logits o
 from __future__ import annotations
 
 import argparse
-import bisect
 import contextlib
 import dataclasses
 import functools
-import gzip
-import json
 import math
 import shutil
 import statistics
@@ -352,7 +349,8 @@ def generate(cfg: ModelConfig, *, batch: int = 2, prompt_len: int = 8, steps: in
   The prompt (random token ids) and the weights come from ``seed``; ``picker`` picks the
   tokens (:data:`OURS` or :data:`REFERENCE`). ``desc`` shows a progress bar. ``max_len`` sizes
   the KV cache (default ``prompt_len + steps``: pass the same to reuse a compiled step);
-  ``marker``: each step runs inside a profiler annotation ``bench_call:<marker>:<i>``.
+  ``marker``: each step runs inside a profiler annotation ``<marker>:<i>`` (the trace
+  parser's marker and a label: :func:`device_step_spans`).
   """
   if params is None:
     params = init_params(cfg, seed)
@@ -372,7 +370,7 @@ def generate(cfg: ModelConfig, *, batch: int = 2, prompt_len: int = 8, steps: in
   tok, out, step_s = prompt[:, -1], [], []
   for i in range(steps):
     t0 = time.perf_counter()
-    with (jax.profiler.TraceAnnotation(f"{_MARKER}{marker}:{i}") if marker
+    with (jax.profiler.TraceAnnotation(f"{marker}:{i}") if marker
           else contextlib.nullcontext()):
       tok, cache = step(params, cache, tok, jnp.int32(prompt_len - 1 + i), seq_keys, temp)
       tok.block_until_ready()
@@ -389,54 +387,21 @@ def generate(cfg: ModelConfig, *, batch: int = 2, prompt_len: int = 8, steps: in
 # Device time per step (--compare): a short profiler trace
 # ----------------------------------------------------------------------------------------------
 
-_MARKER = "bench_call:"
+# The trace is read by the benchmarks' parser (benchmarks/timing.py: one parser of the profiler
+# trace for bench.py and this example), found from this file so that the script runs from any
+# directory. Not part of the installed package (benchmark tooling, not API), so only --compare
+# needs it: a copy of this script without the repository's benchmarks/ skips the device time.
+_BENCHMARKS_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _trace_parser():
-  """``benchmarks/timing.py`` of this checkout when it is importable, else None."""
-  bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
-  if not (bench_dir / "timing.py").is_file():
+def _timing():
+  """``benchmarks/timing.py`` of this checkout, or None where this script has no checkout."""
+  if not (_BENCHMARKS_DIR / "timing.py").is_file():
     return None
-  sys.path.insert(0, str(bench_dir))
-  try:
-    import timing  # noqa: PLC0415
-    return timing
-  except ImportError:
-    return None
-  finally:
-    sys.path.remove(str(bench_dir))
-
-
-def _local_step_spans(trace_dir: str, modules: dict[str, str], device: str) -> dict[str, list]:
-  """The small stand-alone parser: per marker label, the device span (µs) of each step.
-
-  Device events are the ``ph == "X"`` events whose ``args.hlo_module`` is the step's module,
-  on a ``/device:GPU`` process (or, with ``device == "cpu"``, on the host: CPU executor
-  events); each belongs to the latest host marker ``bench_call:<label>:<i>`` started before it.
-  """
-  files = sorted(Path(trace_dir).rglob("*.trace.json.gz"), key=lambda f: f.stat().st_mtime)
-  with gzip.open(files[-1], "rt") as f:
-    events = json.load(f)["traceEvents"]
-  procs = {e["pid"]: str(e["args"].get("name", "")) for e in events
-           if e.get("ph") == "M" and e.get("name") == "process_name"}
-  is_gpu = lambda pid: "/device:gpu" in procs.get(pid, "").lower()
-  marks = sorted((float(e["ts"]), e["name"][len(_MARKER):].rpartition(":")[0])
-                 for e in events if e.get("ph") == "X" and not is_gpu(e.get("pid"))
-                 and str(e.get("name", "")).startswith(_MARKER))
-  starts = [ts for ts, _ in marks]
-  calls: dict[tuple, list] = {}
-  for e in events:
-    module = (e.get("args") or {}).get("hlo_module")
-    if e.get("ph") != "X" or not module or is_gpu(e.get("pid")) != (device == "gpu"):
-      continue
-    j = bisect.bisect_right(starts, float(e["ts"])) - 1
-    if j >= 0 and module == modules.get(marks[j][1]):
-      calls.setdefault((marks[j][1], j), []).append(e)
-  out: dict[str, list] = {label: [] for label in modules}
-  for (label, _), evs in sorted(calls.items(), key=lambda kv: kv[0][1]):
-    out[label].append(max(float(e["ts"]) + float(e.get("dur", 0)) for e in evs)
-                      - min(float(e["ts"]) for e in evs))
-  return out
+  if str(_BENCHMARKS_DIR) not in sys.path:
+    sys.path.insert(0, str(_BENCHMARKS_DIR))
+  import timing  # noqa: PLC0415
+  return timing
 
 
 def device_step_spans(cfg: ModelConfig, params: dict, pickers: list[Picker], *, batch: int,
@@ -450,6 +415,9 @@ def device_step_spans(cfg: ModelConfig, params: dict, pickers: list[Picker], *, 
   <tag>``). On GPU these are GPU kernel events; without a GPU, the CPU executor's events
   (CPU time: only the parsing is meaningful there). Returns ({picker tag: µs}, source).
   """
+  timing = _timing()
+  if timing is None:
+    return {}, f"not measured (no trace parser: {_BENCHMARKS_DIR / 'timing.py'} is missing)"
   device = "gpu" if jax.default_backend() == "gpu" else "cpu"
   source = "GPU events" if device == "gpu" else "CPU executor events: no GPU"
   tdir = tempfile.mkdtemp(prefix="sample_trace_")
@@ -458,28 +426,24 @@ def device_step_spans(cfg: ModelConfig, params: dict, pickers: list[Picker], *, 
     for p in pickers:
       generate(cfg, batch=batch, prompt_len=prompt_len, steps=steps, mode=mode,
                temperature=temperature, seed=seed, picker=p, params=params, max_len=max_len,
-               marker=p.tag)
+               marker=timing.MARKER + p.tag)
   finally:
     jax.profiler.stop_trace()
   modules = {p.tag: f"jit_decode_step_{p.tag}" for p in pickers}
-  timing = _trace_parser()
+  spans = {}
   try:
-    if timing is not None:
-      trace = timing.load_trace(timing.find_trace_file(tdir))
-      by_module, _ = timing.module_events(trace, device)
-      markers = timing.host_markers(trace, _MARKER)
-      spans = {}
-      for tag, module in modules.items():
-        calls, _ = timing.split_calls(timing.events_for(by_module, module),
-                                      {tag: markers.get(tag, [])})
-        spans[tag] = timing.summarize_calls(calls.get(tag, []))["spans_us"]
-    else:
-      spans = _local_step_spans(tdir, modules, device)
+    trace = timing.load_trace(timing.find_trace_file(tdir))
+    by_module, _ = timing.module_events(trace, device)
+    markers = timing.host_markers(trace)
+    for tag, module in modules.items():
+      calls, _ = timing.split_calls(timing.events_for(by_module, module),
+                                    {tag: markers.get(tag, [])})
+      spans[tag] = timing.summarize_calls(calls.get(tag, []))["spans_us"]
   finally:
     shutil.rmtree(tdir, ignore_errors=True)
   # The first step of a run pays for host-side warm-up: the median of the others.
   med = {tag: statistics.median(v[1:] or v) if v else None for tag, v in spans.items()}
-  return med, source + ("" if timing is not None else ", local parser")
+  return med, source
 
 
 # ----------------------------------------------------------------------------------------------
@@ -696,8 +660,10 @@ def run_model(args) -> int:
       print(f"device span per step (profiler trace, median of {min(args.trace_steps, args.steps)}"
             f" steps, {source}): {name} {a:.1f} µs, {ref_name} {b:.1f} µs; ours - reference "
             f"{a - b:+.1f} µs ({b / a:.2f}x)")
-    else:
+    elif spans:
       print(f"device span per step: not found in the trace ({source})")
+    else:
+      print(f"device span per step: {source}")
 
   if args.mode == "sample":
     return _sample_check(cfg, params, args)
