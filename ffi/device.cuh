@@ -69,15 +69,6 @@ __device__ __forceinline__ void TriggerDependents() {
 #endif
 }
 
-template <class T>
-__device__ __forceinline__ T ShuffleIdx(T v, int lane) {
-  if constexpr (sizeof(T) == 8) {
-    return static_cast<T>(__shfl_sync(0xffffffffu, static_cast<long long>(v), lane));
-  } else {
-    return __shfl_sync(0xffffffffu, v, lane);
-  }
-}
-
 template <class Key>
 __device__ __forceinline__ Key ShuffleXor(Key v, int lane_mask, int width) {
   if constexpr (sizeof(Key) == 8) {

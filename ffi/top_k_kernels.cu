@@ -5,8 +5,6 @@
 
 #include <map>
 #include <mutex>
-#include <set>
-#include <utility>
 
 #include "row_select.cuh"
 
@@ -34,27 +32,6 @@ cudaError_t CcMajor(int device, int* major) {
   return cudaSuccess;
 }
 
-#ifndef JAX_ARGREDUCE_SELECT_CARVEOUT
-#define JAX_ARGREDUCE_SELECT_CARVEOUT 1
-#endif
-
-// The largest shared-memory carveout for `kernel`, once per process: a block's select keeps its
-// histogram, winners and list in shared memory, and several blocks per SM must fit.
-template <class Kernel>
-cudaError_t PreferShared(int device, Kernel kernel) {
-  if (!JAX_ARGREDUCE_SELECT_CARVEOUT) return cudaSuccess;
-  static std::mutex mu;
-  static std::set<std::pair<int, const void*>> done;
-  const auto key = std::make_pair(device, reinterpret_cast<const void*>(kernel));
-  std::lock_guard<std::mutex> lock(mu);
-  if (done.count(key)) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(key.second,
-                                               cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               cudaSharedmemCarveoutMaxShared);
-  if (err == cudaSuccess) done.insert(key);
-  return err;
-}
-
 // Blocks of one level: one per (row, chunk), at most what a grid holds (the kernels loop).
 int64_t Grid(int64_t rows, int64_t chunks) {
   return std::min<int64_t>(rows * chunks, int64_t{0x7FFFFFFF});
@@ -73,8 +50,6 @@ cudaError_t LaunchLevels(const TopKLaunch& launch, const SelectPlan& plan, char*
   const bool one_level = plan.levels == 1;
   cudaError_t err = cudaErrorInvalidValue;
   auto level0 = [&](auto kernel) {
-    const cudaError_t carveout = PreferShared(launch.device, kernel);
-    if (carveout != cudaSuccess) return carveout;
     return device::LaunchEx(kernel, Grid(launch.rows, first.chunks), kSelectThreads,
                             launch.stream, pdl, x, launch.rows, cols,
                             static_cast<int32_t>(first.chunks), k, first_out, out);
@@ -97,8 +72,6 @@ cudaError_t LaunchLevels(const TopKLaunch& launch, const SelectPlan& plan, char*
     const SelectLevel& level = plan.level[i];
     const bool last = i == plan.levels - 1;
     auto kernel = last ? CandidateSelectKernel<F, true> : CandidateSelectKernel<F, false>;
-    err = PreferShared(launch.device, kernel);
-    if (err != cudaSuccess) return err;
     err = device::LaunchEx(kernel, Grid(launch.rows, level.chunks), kCandidateThreads,
                            launch.stream, pdl,
                            reinterpret_cast<const uint64_t*>(workspace + level.in_offset),

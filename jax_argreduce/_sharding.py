@@ -38,6 +38,12 @@ XLA path with the same noise, so the handler call stays and XLA gathers the logi
 partitioner cannot split a custom call; its Shardy rule only propagates) — use explicit
 sharding or ``axis_name=``.
 
+``top_k`` (the primitive's own partition rule in _primitives) uses the pure pieces here: split
+rows take their top k where they are; a split axis gives each block its ``min(k, width)``
+first (values, local indices), exchanged once as ``[rows, shards, k]`` candidates (values as
+bits) and merged exactly by :func:`merge_top_k` (:func:`split_top_k`); Auto axes take the exact
+XLA path, which XLA partitions.
+
 Shard positions: a reduction axis split over mesh axes ``(a, b)`` puts block
 ``axis_index((a, b))`` (``a`` major) on each device, and ``all_gather`` over ``(a, b)`` stacks
 the blocks in that same order, so shard ``s`` of the gathered pairs holds global columns
