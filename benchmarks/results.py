@@ -66,6 +66,12 @@ SECTIONS = (
             "`jax.random.categorical(key, logits / T)` (threefry keys); `ours:argmax` is our "
             "argmax of the same logits, for scale.",
             ("categorical",), example="sample", plot=True),
+    Section("top_k", "top_k",
+            "`jax_argreduce.top_k(logits, k)` against `jax.lax.top_k(logits, k)` (XLA's TopK "
+            "kernel for k <= 16, a sort of the row beyond) at k = 16, 50, 256, 1024; "
+            "`ours:argmax` is our argmax of the same logits, the one-read floor. In-chain, the "
+            "token is place `step % k` of the k indices.",
+            ("top_k@16", "top_k@50", "top_k@256", "top_k@1024")),
     Section("sharded", "Sharded inputs (argmax)",
             "A 1-D mesh over every GPU of one host, rows split or the vocabulary split, against "
             "`jnp.argmax` on the same sharded input; span = the largest per-device span.",
@@ -142,8 +148,9 @@ class Summary:
                 f"the summary was committed in `{committed}`)" if committed else
                 "the summary is not committed yet)"))
     date = str(env.get("date", "an unrecorded date"))[:10]
+    note = f" The build: {env['note']}." if env.get("note") else ""
     return (f"{machine}, jax {env.get('jax', '?')}, jax_argreduce "
-            f"{env.get('jax_argreduce', '?')} at {code}, {date} (`{where}{self.name}`).")
+            f"{env.get('jax_argreduce', '?')} at {code}, {date} (`{where}{self.name}`).{note}")
 
 
 def committed_in(path: Path) -> str:
