@@ -377,3 +377,11 @@ def test_ml_dtypes_numpy_inputs_accepted(dtype):
   x = np.array([1, 3, 2], getattr(ml_dtypes, dtype))
   assert int(jax_argreduce.argmax(x)) == 1
   assert int(jax_argreduce.max_with_index(x)[1]) == 1
+
+
+@pytest.mark.parametrize("axis", [None, 1.5, "0"])
+def test_categorical_axis_must_be_an_int(axis):
+  """Issue 43: axis=None raised a bare "'NoneType' object cannot be interpreted as an integer"
+  (categorical has no flattened form)."""
+  with pytest.raises(TypeError, match="categorical: axis must be an int"):
+    jax_argreduce.categorical(jax.random.key(0), jnp.ones((2, 3)), axis=axis)
