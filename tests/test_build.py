@@ -26,6 +26,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CMAKE = shutil.which("cmake")
 HOST_TOOLS = ("c++", "g++", "cc", "gcc", "ninja", "as", "ld", "ar", "ranlib")
 
+if (CMAKE is None or shutil.which("ninja") is None or shutil.which("c++") is None
+    or importlib.util.find_spec("nanobind") is None or not (ROOT / "CMakeLists.txt").is_file()):
+  pytest.skip("needs the source tree, cmake, ninja, a C++ compiler and nanobind",
+              allow_module_level=True)
+
 sys.path.insert(0, str(ROOT / "cmake"))
 import cuda_probe  # noqa: E402
 
@@ -43,10 +48,6 @@ def _system_nvcc() -> str | None:
 
 NVCC = _system_nvcc()
 WHEEL_NVCC = cuda_probe.wheel_nvcc()
-
-if (CMAKE is None or shutil.which("ninja") is None or shutil.which("c++") is None
-    or importlib.util.find_spec("nanobind") is None):
-  pytest.skip("needs cmake, ninja, a C++ compiler and nanobind", allow_module_level=True)
 
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs a CUDA compiler (nvcc)")
 needs_no_wheel_nvcc = pytest.mark.skipif(
