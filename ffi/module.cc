@@ -158,6 +158,11 @@ NB_MODULE(_argreduce, m) {
     return WorkspaceBytes(op.c_str(), rows, cols, k, elem_bytes);
   }, nb::arg("op"), nb::arg("rows"), nb::arg("cols"), nb::arg("k"), nb::arg("elem_bytes"));
   m.attr("top_k_max_k") = kSelectMaxK;
+  // The XLA FFI API version of the headers the handlers were built against, which XLA checks
+  // at registration, and the jaxlib that shipped them: _ffi.py compares them with the running
+  // jaxlib before registering anything.
+  m.attr("xla_ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
+  m.attr("built_jaxlib_version") = JAX_ARGREDUCE_BUILT_JAXLIB;
 
   nb::module_ debug = m.def_submodule("debug", "Launch planning, for tests and benchmarks.");
   debug.def("plan", [](int64_t rows, int64_t cols, int elem_bytes, int key_bytes, int sms,

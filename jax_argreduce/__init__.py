@@ -13,4 +13,4 @@ from jax_argreduce._ffi import HAS_CUDA, export_disabled_checks
 
 __all__ = ["argmax", "argmin", "max_with_index", "min_with_index", "top_k", "categorical",
            "HAS_CUDA", "export_disabled_checks"]
-__version__ = "0.2.0"
+__version__ = "0.2.0"  # the one version source (pyproject.toml reads it; CHANGELOG.md)

@@ -481,7 +481,16 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
     logits = jnp.asarray(logits)
   if np.ndim(logits) == 0:
     raise ValueError(f"{name}: logits must have at least one dimension")
-  axis = _normalize_axis(axis, np.ndim(logits))
+  try:
+    axis = _normalize_axis(axis, np.ndim(logits))
+  except TypeError as e:  # e.g. None: categorical has no flattened form
+    raise TypeError(f"{name}: axis must be an int, got {axis!r}") from e
+  cols = np.shape(logits)[axis]
+  if is_constant_dim(cols) and cols > _dispatch.INT32_MAX:
+    # The noise counter's column and the handlers' positions are 32-bit: refuse before the
+    # XLA path would materialize noise for the whole row (tens of GB).
+    raise ValueError(f"{name}: the category axis has {cols} elements; categorical samples "
+                     f"rows of at most {_dispatch.INT32_MAX} (2**31 - 1) categories")
   temperature = _checked_temperature(temperature, name)
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)

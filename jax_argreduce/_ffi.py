@@ -1,11 +1,18 @@
 """Loads the compiled module once and registers its FFI targets with XLA.
 
 Every target the module exports (``registrations()``: (op, platform, name, capsule)) is
-registered in one loop at import; ``target(op, platform)`` gives the name to lower to. The CUDA
-targets exist only when the package was built with a CUDA compiler; ``HAS_CUDA`` says which.
+registered in one loop at import, after checking that the running jaxlib accepts handlers built
+against the module's XLA FFI headers (an ImportError naming the fix otherwise);
+``target(op, platform)`` gives the name to lower to. The CUDA targets exist only when the
+package was built with a CUDA compiler; ``HAS_CUDA`` says which, and a lowering for a CUDA GPU
+without them warns once.
 """
 
 from __future__ import annotations
+
+import os
+import re
+import warnings
 
 import jax
 
@@ -38,7 +45,69 @@ _TARGETS: dict[tuple[str, str], str] = {}
 _XLA_PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
 
 
+# XLA registers a handler only if the FFI API version it was built against (the
+# XLA_FFI_API_MAJOR.MINOR of its headers, reported by the handler's metadata) lies between this
+# minimum and the running XLA's own version, compared as (major, minor) pairs
+# (xla/ffi/ffi_registry.cc, IsSupportedApiVersion). Registration is lazy (when a backend starts),
+# so a refused handler stops that backend: every JAX computation on it fails.
+MIN_FFI_API_VERSION = (0, 1)
+
+# The XLA FFI API version of the headers this module was built against, and their jaxlib.
+BUILT_FFI_API_VERSION: tuple[int, int] | None = (
+    tuple(_argreduce.xla_ffi_api_version) if hasattr(_argreduce, "xla_ffi_api_version")
+    else None)
+BUILT_JAXLIB_VERSION: str | None = getattr(_argreduce, "built_jaxlib_version", None)
+
+
+def runtime_ffi_api_version() -> tuple[int, int] | None:
+  """The XLA FFI API version of the running jaxlib: XLA_FFI_API_MAJOR.MINOR of the headers it
+  ships (``jax.ffi.include_dir()``, the same XLA as its runtime); None if unreadable."""
+  try:
+    with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")) as f:
+      text = f.read()
+  except (OSError, AttributeError):
+    return None
+  found = [re.search(rf"^#define XLA_FFI_API_{part} (\d+)", text, re.MULTILINE)
+           for part in ("MAJOR", "MINOR")]
+  if not all(found):
+    return None
+  return int(found[0][1]), int(found[1][1])
+
+
+def _reinstall_command() -> str:
+  """How to rebuild against the running jaxlib: from this checkout when the package is one
+  (an editable install), else from the package's source."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  checkout = os.path.isfile(os.path.join(root, "pyproject.toml"))
+  source = root if checkout else "<jax_argreduce source>"
+  return ("pip install nanobind scikit-build-core && pip install --no-build-isolation "
+          f"--force-reinstall --no-deps {source}")
+
+
+def check_ffi_api_version(built: tuple[int, int] | None, runtime: tuple[int, int] | None,
+                          built_jaxlib: str | None = None) -> None:
+  """Raises ImportError where XLA would refuse handlers built against FFI API version ``built``
+  (XLA's own rule, see MIN_FFI_API_VERSION) with the running jaxlib's ``runtime`` version.
+  Unknown versions (None) pass: XLA's registration then decides."""
+  if built is None or runtime is None:
+    return
+  built, runtime = tuple(built), tuple(runtime)
+  if MIN_FFI_API_VERSION <= built <= runtime:
+    return
+  import jaxlib.version
+  version = lambda v: f"{v[0]}.{v[1]}"
+  raise ImportError(
+      f"jax_argreduce was built against the XLA FFI headers of jaxlib {built_jaxlib or '?'} "
+      f"(FFI API {version(built)}), but the running jaxlib {jaxlib.version.__version__} takes "
+      f"handlers of FFI API {version(MIN_FFI_API_VERSION)} to {version(runtime)}: XLA would "
+      "refuse them and stop its backend, taking every JAX computation down. Nothing was "
+      "registered. Rebuild jax_argreduce against the jaxlib you run (no build isolation, so the "
+      f"build takes this jaxlib's headers): `{_reinstall_command()}`"
+      + (f"; or run jaxlib {built_jaxlib} or newer." if built > runtime and built_jaxlib else "."))
+
+
 def _register_all() -> None:
+  check_ffi_api_version(BUILT_FFI_API_VERSION, runtime_ffi_api_version(), BUILT_JAXLIB_VERSION)
   # FFI state types first (the CUDA handlers' per-call-site state), then every handler: a dict
   # of stage capsules ({"execute": ...} and, on CUDA, "instantiate").
   for platform, name, registration in _argreduce.types():
@@ -64,8 +133,43 @@ _register_all()
 
 
 def target(op: str, platform: str) -> str | None:
-  """The FFI target name of handler ``op`` on ``platform`` ("cpu", "cuda"), or None."""
-  return _TARGETS.get((op, platform))
+  """The FFI target name of handler ``op`` on ``platform`` ("cpu", "cuda"), or None.
+
+  Asked for a CUDA target in a build without the CUDA handlers (a lowering for a CUDA GPU),
+  it warns once (:func:`warn_no_cuda_handler`)."""
+  name = _TARGETS.get((op, platform))
+  if name is None and platform == "cuda" and not HAS_CUDA:
+    warn_no_cuda_handler()
+  return name
+
+
+class NoCudaHandlerWarning(UserWarning):
+  """A computation for a CUDA GPU is lowered by a build of jax_argreduce without the CUDA
+  handlers."""
+
+
+_warned_no_cuda = False
+
+
+def warn_no_cuda_handler() -> None:
+  """Warns, once per process, that a computation for a CUDA GPU is lowered without the CUDA
+  handlers (``HAS_CUDA`` is False: built without a CUDA compiler, or with
+  JAX_ARGREDUCE_CUDA=OFF): every op then takes the exact XLA path there (slower;
+  ``categorical`` draws other samples than the CPU handler). Call it where a CUDA lowering
+  finds no CUDA target; ``target(op, "cuda")`` does."""
+  global _warned_no_cuda
+  if HAS_CUDA or _warned_no_cuda:
+    return
+  _warned_no_cuda = True
+  warnings.warn(
+      "jax_argreduce: a computation for a CUDA GPU is lowered, but this build has no CUDA "
+      "handlers (jax_argreduce.HAS_CUDA is False: it was built without a CUDA compiler, or "
+      "with JAX_ARGREDUCE_CUDA=OFF), so its ops take the exact XLA path on the GPU: slower, "
+      "and categorical draws other samples than the CPU handler. Fix: get nvcc (`pip install "
+      "nvidia-cuda-nvcc nvidia-cuda-cccl`, the CUDA 13 wheels `jax[cuda13]` uses, or a CUDA "
+      "toolkit on PATH), then rebuild: "
+      f"`{_reinstall_command()} -C cmake.define.JAX_ARGREDUCE_CUDA=ON`.",
+      NoCudaHandlerWarning, stacklevel=2)
 
 
 def export_disabled_checks() -> list:

@@ -1,0 +1,80 @@
+"""One process of tests/test_distributed.py: ``python _distributed_worker.py ADDRESS ID COUNT``.
+
+Joins JAX's distributed runtime (coordinator at ADDRESS, process ID of COUNT; CPU collectives
+over gloo), builds logits on a global mesh that splits the vocabulary over every process's
+devices, and checks argmax, max_with_index and categorical against numpy (and categorical
+against the unsharded sample, which a vocab split must not change). Prints "OK <id>" on
+success; any mismatch raises (exit code 1).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+address, process_id, process_count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+jax.distributed.initialize(coordinator_address=address, num_processes=process_count,
+                           process_id=process_id, initialization_timeout=60)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import jax_argreduce as ar  # noqa: E402
+
+assert jax.process_count() == process_count, jax.process_count()
+assert jax.device_count() == process_count * jax.local_device_count()
+
+ROWS, COLS = 6, 4096
+mesh = jax.make_mesh((jax.device_count(),), ("v",), axis_types=(AxisType.Explicit,))
+shard = COLS // jax.device_count()
+
+# The same logits in every process (one seed): ties across shards and NaNs, where only the
+# total order (first NaN, lowest index on ties) gives numpy's answer.
+x = np.random.default_rng(0).normal(size=(ROWS, COLS)).astype(np.float32)
+x[1, [shard - 1, shard, 3 * shard]] = 9.0            # a tie over three shards: the first wins
+x[2, [shard + 5, 2 * shard + 1]] = np.nan             # first NaN, in the second shard
+x[2, 3] = np.inf
+x[3, :] = -np.inf                                     # a row of -inf: index 0
+x[4, [0, COLS - 1]] = 7.0                             # the first and the last column tie
+
+
+def global_array(a):
+  return jax.make_array_from_callback(a.shape, NamedSharding(mesh, P(None, "v")),
+                                      lambda index: a[index])
+
+
+def gathered(out):
+  return np.asarray(multihost_utils.process_allgather(out, tiled=True))
+
+
+for dtype in (np.float32, jnp.bfloat16):
+  host = x.astype(dtype)
+  gx = global_array(host)
+  expected = np.argmax(host.astype(np.float32), axis=-1)
+  indices = gathered(jax.jit(lambda a: ar.argmax(a, axis=-1))(gx))
+  np.testing.assert_array_equal(indices, expected)
+  values, indices = jax.jit(lambda a: ar.max_with_index(a))(gx)
+  values, indices = gathered(values), gathered(indices)
+  np.testing.assert_array_equal(indices, expected)
+  picked = host[np.arange(ROWS), expected]
+  assert values.dtype == picked.dtype
+  np.testing.assert_array_equal(values.view(np.uint16 if values.itemsize == 2 else np.uint32),
+                                picked.view(np.uint16 if picked.itemsize == 2 else np.uint32))
+
+  # categorical: the sample of the vocab-split call equals the unsharded one (the noise is
+  # keyed by the global column), which is a valid draw: never a -inf logit of a row with a
+  # finite one, the first NaN where a row has one.
+  sample = lambda a: ar.categorical(jax.random.key(7), a, temperature=0.8)
+  sharded = gathered(jax.jit(sample)(gx))
+  local = np.asarray(jax.jit(sample)(jax.device_put(host, jax.local_devices()[0])))
+  np.testing.assert_array_equal(sharded, local)
+  assert sharded[2] == shard + 5 and sharded[3] == 0
+  finite = np.isfinite(host.astype(np.float32)[np.arange(ROWS), sharded])
+  assert finite[[0, 1, 4, 5]].all(), sharded
+
+print(f"OK {process_id}", flush=True)
+jax.distributed.shutdown()
