@@ -2,8 +2,9 @@
 
 Joins JAX's distributed runtime (coordinator at ADDRESS, process ID of COUNT; CPU collectives
 over gloo), builds logits on a global mesh that splits the vocabulary over every process's
-devices, and checks argmax, max_with_index and categorical against numpy (and categorical
-against the unsharded sample, which a vocab split must not change). Prints "OK <id>" on
+devices, and checks argmax, max_with_index, top_k and categorical against numpy (top_k against
+reference.top_k: values bit for bit; categorical against the unsharded sample, which a vocab
+split must not change). Prints "OK <id>" on
 success; any mismatch raises (exit code 1).
 """
 
@@ -24,6 +25,7 @@ from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import jax_argreduce as ar  # noqa: E402
+import reference  # noqa: E402  (tests/: the numpy reference of SPEC §1e)
 
 assert jax.process_count() == process_count, jax.process_count()
 assert jax.device_count() == process_count * jax.local_device_count()
@@ -64,6 +66,14 @@ for dtype in (np.float32, jnp.bfloat16):
   assert values.dtype == picked.dtype
   np.testing.assert_array_equal(values.view(np.uint16 if values.itemsize == 2 else np.uint32),
                                 picked.view(np.uint16 if picked.itemsize == 2 else np.uint32))
+
+  # top_k: each shard's k candidates, one exchange across the processes, the exact merge.
+  for k in (1, 7, 40):
+    values, indices = jax.jit(lambda a: ar.top_k(a, k))(gx)
+    values, indices = gathered(values), gathered(indices)
+    want_v, want_i = reference.top_k(host, k)
+    reference.assert_matches((values, indices), (want_v, want_i.astype(np.int32)),
+                             op="max_with_index", msg=f"top_k k={k}")
 
   # categorical: the sample of the vocab-split call equals the unsharded one (the noise is
   # keyed by the global column), which is a valid draw: never a -inf logit of a row with a

@@ -1,5 +1,5 @@
 """Several processes on JAX's distributed runtime (jax.distributed, CPU collectives over gloo,
-127.0.0.1 only): argmax, max_with_index and categorical on a global mesh whose vocabulary
+127.0.0.1 only): argmax, max_with_index, top_k and categorical on a global mesh whose vocabulary
 axis spans both processes, exact against numpy (tests/_distributed_worker.py does the checks).
 """
 
