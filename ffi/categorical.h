@@ -35,7 +35,8 @@
 #include "order.h"
 
 // The CPU handler's row loop (cpu_reduce.h) calls Visit once per 8 columns: inlined, or a call
-// per run (g++ stopped inlining it when the run test below made it longer: 65536x64 +10-20%).
+// per run, which measured slower (g++ stopped inlining it when the run test below made it
+// longer).
 #if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
 #define JAX_ARGREDUCE_HOST_INLINE __attribute__((always_inline))
 #else
@@ -257,10 +258,10 @@ struct GumbelKeyPolicy {
         }
       }
 #endif
-      // Unrolled, so a GPU thread's vector (kN = 8) stays in registers: with try 52's bound
-      // the compiler no longer unrolled it by itself and the vector went to local memory
-      // (NOTES.md). Float16's was rolled before, and unrolled it took ~30 more registers in
-      // every sampler kernel (a resident block less per SM): it stays rolled.
+      // Unrolled, so a GPU thread's vector (kN = 8) stays in registers: with the tighter bound
+      // of gumbel.h the compiler no longer unrolled it by itself and the vector went to local
+      // memory. Float16's was rolled before, and unrolled it took more registers in every
+      // sampler kernel (a resident block less per SM): it stays rolled.
 #pragma unroll(F == Format::kF16 ? 1 : kN)
       for (int j = 0; j < kN; ++j) {
         const uint32_t col = col_offset + static_cast<uint32_t>(first + j);
@@ -386,7 +387,7 @@ struct GumbelKeyPolicy {
     // a shared word every warp of the block raises to its best key with an atomic max when it
     // recomputes t, reading the word back in the same atomic; it too is a key some element of
     // the row reached, so as valid as the warp's best, and higher (the best of 8 warps'
-    // samples: ~2 above one warp's at the start of a scan; NOTES.md try 44).
+    // samples; row_reduce.cuh, kSharesBlockBest).
     struct VisitState {
       float t = 0.0f;     // an element is a candidate unless fl(a + bound) < t
       bool open = true;   // false: this lane's best is NaN (nothing beats it)
@@ -405,8 +406,8 @@ struct GumbelKeyPolicy {
     // kLongScan: the caller visits chunks of long rows (the block kernel), where most chunks
     // fail the chunk-wide test below; float16 takes that test only there
     // (the split kernel's vector-by-vector visits go without it, also at 64 rows, where a
-    // thread holds ~25 vectors and the test measured 35.8 -> 33.3 us: not chosen by vectors
-    // per thread yet).
+    // thread holds ~25 vectors and the test measured faster: not chosen by vectors per thread
+    // yet).
     template <int kVec, int kCount, bool kLongScan = true, class P>
     JAX_ARGREDUCE_HD void VisitPrepared(const Bits* elements, int32_t first, int32_t stride,
                                         int count, const P& p, Key& best,
@@ -423,7 +424,7 @@ struct GumbelKeyPolicy {
 #if defined(__CUDA_ARCH__)
       // Two passes, so a warp pays for the logs of its lanes' candidates, not of every column
       // where some lane has one (a divergent branch per element ran the logs for nearly every
-      // element: with ~10% candidates per lane, 1 - 0.9^32 of the warp's steps; NOTES try 28).
+      // element, since some lane of 32 nearly always has a candidate; NOTES.md try 28).
       // Pass 1: every element's scaled logit and its log-free bound; a candidate unless the
       // bound key is <= this lane's best (lower columns: it wins ties) or < the warp's best
       // (any column: a strictly larger key). Pass 2: rounds of one candidate per lane (its
@@ -443,8 +444,8 @@ struct GumbelKeyPolicy {
         // inside see all of them even if lanes of a call arrive in more than one group;
         // warp-wide also where the warp's teams scan several rows (recomputing t is valid at
         // any time, so a lane or team whose t is fresh may join). row_lanes == 0 (one lane
-        // per row): no warm start, this lane's own best only (the warm start measured 20.8 ->
-        // 34.9 us at 65536x64: NOTES.md try 51).
+        // per row): no warm start, this lane's own best only (the warm start measured slower
+        // there).
         if (row_lanes != 0 ? __any_sync(mask, state.stale) : state.stale) {
           Key warp_best = best;
 #if __CUDA_ARCH__ >= 800
@@ -491,9 +492,8 @@ struct GumbelKeyPolicy {
         bool some = state.open;
         // 16-bit logits: the max of the pairs as they are (max.NaN.bf16x2 / .f16x2, no .ftz:
         // two per instruction; widening is exact and monotone), then two widenings (NOTES.md
-        // try 46: bfloat16 256x202048 51.7 -> 48.3 us, float16 108.5 -> 74.1). Float16 takes
-        // the test only in long scans (short ones measured 0.2-0.4 us slower with it) and
-        // only with those instructions (its widening of a chunk's elements spilled).
+        // try 46). Float16 takes the test only in long scans (short ones measured slower with
+        // it) and only with those instructions (its widening of a chunk's elements spilled).
 #if __CUDA_ARCH__ >= 800
         constexpr bool kPairMax = F == Format::kBF16 || (F == Format::kF16 && kLongScan);
 #else
@@ -533,11 +533,11 @@ struct GumbelKeyPolicy {
           // The team path's vector visits: a threshold from the vector's own elements with no
           // log. fl(a + GumbelLowerBoundHighF32(high)) <= that element's y, so an element whose
           // bound sum is strictly below the largest of them loses to that element, whatever
-          // the columns (NOTES.md try 54). On every vector with one lane per row (row_lanes ==
-          // 0: no warm start; 65536x64 -1.8 us), on the first one of a team of 2-16 (just
-          // warm-started: done; 4096x128 -0.3 us; on its later ones it measured slower), not
-          // where all 32 lanes scan a row (the split path, 8x202048 +0.2-0.35 us; teams of
-          // 32; the block kernel visits chunks, kCount > 1). Float16: not tried.
+          // the columns. Measured faster on every vector with one lane per row (row_lanes ==
+          // 0: no warm start) and on the first one of a team of 2-16 (just warm-started: done;
+          // on its later ones it measured slower); not where all 32 lanes scan a row (the
+          // split path, slower there; teams of 32; the block kernel visits chunks, kCount > 1;
+          // NOTES.md try 54). Float16: not tried.
           if (kCount == 1 && F != Format::kF16 &&
               (row_lanes == 0 || (row_lanes != 0xFFFFFFFFu && done != 0))) {
             float lower = t;

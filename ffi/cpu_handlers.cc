@@ -17,8 +17,9 @@ namespace {
 
 namespace ffi = xla::ffi;
 
-// Elements per thread-pool task: the order-key scan runs at memory speed (~0.1 ns/element), so
-// only large inputs are split (cpu_row_reduce.h); the sampler computes ~25 ns/element.
+// Elements per thread-pool task: the order-key scan runs at memory speed, so only large inputs
+// are split (cpu_row_reduce.h); the sampler's noise costs far more per element, so its tasks
+// are far smaller (benchmarks/NOTES.md, "CPU handler constants").
 constexpr int64_t kArgReduceElementsPerTask = int64_t{1} << 20;
 constexpr int64_t kCategoricalElementsPerTask = int64_t{1} << 14;
 // top_k: about a key and a compare per element (cpu_select.h), a few ns.

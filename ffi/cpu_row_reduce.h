@@ -452,9 +452,9 @@ JAX_ARGREDUCE_TARGET_AVX2 inline void RowsAvx2(const typename FormatTraits<F>::B
   for (int64_t r = 0; r < rows; ++r) out[r] = static_cast<OutT>(RowAvx2<F, kIsMin>(x + r * cols, cols));
 }
 
-// AVX-512 (VL/BW) on 32-byte vectors: measured on an Ice Lake Xeon, 64-byte vectors ran f32 and
-// bf16 rows ~1.7x slower than 32-byte ones (in L1 and in L2), f64 equal or slower; what AVX-512
-// adds over AVX2 here is vpmaxsq/vpminsq/vpmaxuq (f64) and compares into mask registers.
+// AVX-512 (VL/BW) on 32-byte vectors: 64-byte vectors measured slower (benchmarks/NOTES.md,
+// "CPU handler constants"); what AVX-512 adds over AVX2 here is vpmaxsq/vpminsq/vpmaxuq (f64)
+// and compares into mask registers.
 template <Format F, bool kIsMin>
 JAX_ARGREDUCE_TARGET_AVX512 inline int64_t RowAvx512(const typename FormatTraits<F>::Bits* row,
                                                      int64_t cols) {
@@ -577,9 +577,8 @@ inline int64_t PoolNumThreads(const Pool& pool) {
 // (fn must be safe for that: each call writes its own rows); returns when all have run. Splits
 // only into chunks of >= min_elements (fewer elements in all: one call, inline), at most 4 per
 // worker (load balance under contention), of whole rows. The default 2^20 elements (4 MB of
-// float32, ~0.1 ms of scan) keeps 8x202048 on one thread: measured on 2 cores (jax 0.10.2), the
-// pool did not help there and cost ~30% with 2^18; it helped 64x202048 and 4096x4096 (min time
-// 2-3x lower; median only ~15% under heavy load from other processes).
+// float32) keeps 8x202048 on one thread, where the pool measured no faster, and splits
+// 64x202048 and 4096x4096, where it helped (benchmarks/NOTES.md, "CPU handler constants").
 template <class Pool, class Fn>
 void ParallelForRows(Pool& pool, int64_t rows, int64_t cols, Fn&& fn,
                      int64_t min_elements = int64_t{1} << 20) {

@@ -24,12 +24,11 @@ struct alignas(32) Vec32 {  // two 16-byte loads, one vector (a key policy's kVe
 };
 
 // Plain coherent loads (see the file comment): ld.global through L1, never the non-coherent
-// .nc path. (ld.global.cg, which skips L1, measured 14% slower on 65536x1024 bfloat16.) The
+// .nc path. (ld.global.cg, which skips L1, measured slower: NOTES.md try 19.) The
 // vectors are read once, so their L2 lines are marked evict-first (an L2 cache-policy hint,
 // not a change of semantics): in-chain, where the producer's freshest output still sits in L2
 // (dirty) when a row is larger than it, the lines our misses bring in are evicted before the
-// producer's lines we have yet to read (NOTES.md try 41: in-chain bfloat16 256x202048 kernels
-// 30.7 -> 26.3 us per step, 65536x1024 43.4 -> 35.8; isolated spans unchanged).
+// producer's lines we have yet to read (NOTES.md try 41; isolated spans unchanged).
 __device__ __forceinline__ Vec LoadVec(const Vec* p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // cache policies: sm_80 and later
   uint64_t policy;

@@ -110,8 +110,9 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
 
   // Few wide rows (up to one per SM): several blocks per row (the split path; it beat thread
   // block clusters in-chain, NOTES.md try 16). With more rows one block per row already fills
-  // the device, and its deeper unroll measured faster (256x202048, NOTES.md); so does it from
-  // half the SMs' count of rows of up to kBlockPerRowMaxRounds rounds (order keys; try 65).
+  // the device, and with its deeper unroll (kBlockInFlight) it measured faster (try 5); so
+  // does it from half the SMs' count of rows of up to kBlockPerRowMaxRounds rounds (order
+  // keys; launch_plan.h).
   const bool block_per_row =
       !compute_bound && 2 * rows >= sms && cols <= kBlockPerRowMaxRounds * block_round;
   if (options.path == ForcedPath::kSplit ||

@@ -49,30 +49,26 @@ inline constexpr int kBlockPathMinThreads = 256;
 // ... and from this many, rows that fill one round of the block kernel's loads
 // (kBlockThreads x kBlockInFlight 16-byte vectors, 32 KB; argreduce policies, not the
 // compute-bound sampler): 32 lanes per row would leave most of the device idle (e.g. 1024
-// rows: 8 warps per SM), a block per row keeps it full (NOTES.md try 63: in-chain float32
-// 1024x32000 45.0 -> 33.4 us per step, bfloat16 1024x16384 10.3 -> 7.9; rows of 16 KB or less
-// measured slower on blocks, 2048x2048 float32 4.2 -> 7.7).
+// rows: 8 warps per SM), a block per row keeps it full; rows of 16 KB or less measured slower
+// on blocks (too little to read per thread for a 256-thread barrier; NOTES.md try 63).
 inline constexpr int kLongRowBlockMinThreads = 64;
 // Teams of two warps (order-key policies) on the team path where a row could use at least
 // kWideTeamMinThreads threads (32-lane teams fill at most half the device) and is at least
 // kWideTeamMinRowBytes; rows shorter than twice that only where 32-lane teams would fill at
-// most a third of the device (kWideTeamShortRowMinThreads). In-chain, NOTES.md try 64:
-// float32 1024x4096 +0.74 -> +0.01 us per step against jnp.argmax, 2048x4096 +0.42 -> -0.19,
-// bfloat16 768x8192 +0.90 -> -0.11; 4 KB rows and 8 KB rows of 2048 rows were slower.
+// most a third of the device (kWideTeamShortRowMinThreads): in-chain, 4 KB rows, and 8 KB rows
+// of 2048 rows, measured slower on two warps (NOTES.md try 64).
 inline constexpr int kWideTeamMinThreads = 64;
 inline constexpr int kWideTeamShortRowMinThreads = 96;
 inline constexpr int64_t kWideTeamMinRowBytes = 8 << 10;
 // Rows of at least half the SMs' count (and at most one per SM) of at most this many rounds
 // of the block kernel's loads (8 x 32 KB) take a block each instead of the split path (order-
-// key policies): no partials and no merge kernel, which cost more than the idle SMs
-// (NOTES.md try 65: in-chain float32 128x16384 +2.58 -> +1.51 us per step, bfloat16
-// 100x32000 +0.40 -> -0.93; 64x128256 was 2-6 us slower on blocks, 64 of 132 SMs busy).
+// key policies): no partials and no merge kernel, which cost more than the idle SMs; with
+// fewer rows, blocks leave too many SMs idle (NOTES.md try 65).
 inline constexpr int kBlockPerRowMaxRounds = 8;
 // Where a block per row runs one wave of at most one row per SM (order-key policies), rows
 // longer than one round of its loads (32 KB) get blocks of kWideBlockThreads: half the
-// dependent load rounds per row (NOTES.md try 68: in-chain float32 100x65536 +1.56 -> -0.46 us
-// per step against jnp.argmax, 80x50257 +1.79 -> +0.38, 100x32000 +0.26 -> -0.49, bfloat16
-// 80x50257 -1.23 -> -1.74; 1024 threads measured no better and lost at 32-64 KB rows).
+// dependent load rounds per row; 1024 threads measured no better and lost at 32-64 KB rows
+// (NOTES.md try 68).
 inline constexpr int kWideBlockThreads = 512;
 
 // Partials the split path may store: bounds the workspace.

@@ -131,8 +131,9 @@ __device__ __forceinline__ typename Policy::Key VectorKey(const Vec& v,
 //
 // kKeepLastRound: recover the winner's column from the vectors still in registers when it was
 // loaded in the thread's last round (the split path's threads read one round), instead of
-// loading its vector again (a second dependent trip to memory, ~0.5 us); other kernels reload,
-// since keeping the buffer live costs registers where occupancy is register-bound.
+// loading its vector again (a second dependent trip to memory; NOTES.md try 17); other kernels
+// reload, since keeping the buffer live costs registers where occupancy is register-bound
+// (try 13).
 template <class Policy, int kLoads, bool kKeepLastRound = false, bool kVisitChunks = false>
 __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     const typename Policy::Bits* row, int32_t cols, int32_t tid, int32_t nthreads,
@@ -169,8 +170,8 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
   if constexpr (Policy::kBitsOnly) {
     static_assert(std::is_same_v<V, Vec>, "the vector shortcut reads 16-byte vectors");
     // Track only the best key per vector and the first vector that reached it; the element's
-    // column is recovered once at the end from that vector (reloaded: keeping it in registers
-    // costs 10-20 registers per thread, and occupancy is register-bound; NOTES.md try 13).
+    // column is recovered once at the end from that vector (reloaded unless kKeepLastRound:
+    // keeping it in registers costs registers, and occupancy is register-bound).
     //
     // Rounds run from the row's end to its start: a producer (the LM head's matmul) writes
     // the last columns last, so they are the likeliest still in L2 when a row is larger than
@@ -330,8 +331,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
         if constexpr (kVisitChunks) {
           // The round after next into L2 (no registers): the visit of a round (the generator
           // and the chunk tests) is about as long as a load's trip to DRAM, so this round's
-          // loads waited for it (NOTES.md try 42: 256x202048 float32 66.7 -> 64.5 us, memory
-          // stalls 2.56 -> 1.81 per issue; two register buffers measured slower).
+          // loads waited for it (NOTES.md try 42; two register buffers measured slower).
 #pragma unroll
           for (int u = 0; u < kRound; ++u) {
             // num_vecs <= 2^31 / kVec and nthreads = 256 here: w does not overflow
@@ -429,8 +429,7 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
 
 // Whether the threads of a block (all on one row) share a skip threshold in shared memory:
 // policies whose scan takes one (the sampler: VisitState::block_best, 32-bit keys; one atomic
-// max per warp per recomputed threshold; NOTES.md try 44: block kernel 256x202048 -5 us
-// float32, -9.6 us bfloat16; split kernel 64x202048 -3 us, in-chain -6.6 us per step).
+// max per warp per recomputed threshold; NOTES.md try 44).
 template <class Policy>
 inline constexpr bool kSharesBlockBest = !Policy::kBitsOnly && sizeof(typename Policy::Key) == 4;
 

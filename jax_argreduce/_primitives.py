@@ -62,8 +62,8 @@ def lower_handler(ctx, op: str, platform: str, operands, operand_factors, result
     # pass takes any FFI call whose result reaches an aligned dynamic-update-slice through
     # no-op ops (e.g. a lax.scan stacking the tokens of 32, 64, ... rows per step) and clones
     # the call into a fusion writing the slice, keeping the original for the result's other
-    # users: the call then runs twice (NOTES.md try 70: 256x202048 float32 in a rolled scan,
-    # +50 us per step). The barrier is not a no-op to it, so the call stays single.
+    # users: the call then runs twice (NOTES.md try 70). The barrier is not a no-op to it, so
+    # the call stays single.
     results = mlir.lower_fun(lambda *r: jax.lax.optimization_barrier(r),
                              multiple_results=True)(
         ctx.replace(avals_in=ctx.avals_out), *results)
