@@ -13,6 +13,11 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count=4"
 if _DEVICE_FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _DEVICE_FLAG).strip()
 
+# Under pytest-xdist (`-n auto`) several processes share a GPU: none may take most of its memory
+# up front (XLA's default), or the others run out of it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 import jax  # noqa: E402  (after XLA_FLAGS on purpose)
 import pytest  # noqa: E402
 
