@@ -141,17 +141,21 @@ def _argreduce_lowering(ctx, x, *, is_min, with_value, index_dtype, method, plat
 register_lowerings(argreduce_p, _argreduce_lowering)
 
 
-def _argreduce_batching(batched_args, batch_dims, **params):
-  (x,), (bdim,) = batched_args, batch_dims
-  # A batch dimension other than the reduction axis is just more rows: no data movement.
-  if bdim == x.ndim - 1:
-    x = _xla.moveaxis_exact(x, bdim, 0)
-    bdim = 0
-  outs = argreduce_p.bind(x, **params)
-  return outs, [bdim] * len(outs)
+def batch_as_rows(primitive):
+  """The batching rule of a primitive over the last axis of its one operand: a batch dimension
+  other than that axis is just more rows (no data movement; it keeps its place in every
+  result, whose last axis replaces the operand's); a batched last axis moves to the front."""
+  def rule(batched_args, batch_dims, **params):
+    (x,), (bdim,) = batched_args, batch_dims
+    if bdim == x.ndim - 1:
+      x = _xla.moveaxis_exact(x, bdim, 0)
+      bdim = 0
+    outs = primitive.bind(x, **params)
+    return outs, [bdim] * len(outs)
+  return rule
 
 
-batching.primitive_batchers[argreduce_p] = _argreduce_batching
+batching.primitive_batchers[argreduce_p] = batch_as_rows(argreduce_p)
 
 
 def _argreduce_jvp(primals, tangents, *, with_value, **params):
@@ -482,18 +486,7 @@ def _top_k_lowering(ctx, x, *, k, index_dtype, method, platform):
 register_lowerings(top_k_p, _top_k_lowering)
 
 
-def _top_k_batching(batched_args, batch_dims, **params):
-  (x,), (bdim,) = batched_args, batch_dims
-  # A batch dimension other than the last axis is more rows; the k axis replaces the last
-  # axis, so the batch dimension keeps its place.
-  if bdim == x.ndim - 1:
-    x = _xla.moveaxis_exact(x, bdim, 0)
-    bdim = 0
-  outs = top_k_p.bind(x, **params)
-  return outs, [bdim, bdim]
-
-
-batching.primitive_batchers[top_k_p] = _top_k_batching
+batching.primitive_batchers[top_k_p] = batch_as_rows(top_k_p)
 
 
 def _top_k_jvp(primals, tangents, **params):
