@@ -702,8 +702,7 @@ def chain_variant(args) -> dict | None:
 
 def run_chain(ctx: Ctx) -> dict:
   a, jax, jnp, lax = ctx.args, ctx.jax, ctx.jnp, ctx.jax.lax
-  import jax_argreduce
-  K, T = a.steps, a.temperature
+  K = a.steps
   dim = QUICK_CHAIN_DIM if a.quick else CHAIN_DIM
   shapes = a.shape_list or (QUICK_CHAIN_SHAPES if a.quick else targets_mod.CHAIN_SHAPES)
   picks = [pick_of(ctx, label) for label in a.pick_list]

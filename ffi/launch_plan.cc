@@ -167,29 +167,26 @@ SelectPlan PlanTopK(int64_t rows, int64_t cols, int64_t k, int elem_bytes) {
   level.items = cols;
   level.chunk = int64_t{kSelectThreads} * per_thread;
   level.chunks = CeilDiv(cols, level.chunk);
-  // Candidates alternate between two buffers of the workspace: level i writes buffer i % 2.
-  size_t buffer_bytes[2] = {0, 0};
   for (;;) {
-    const int i = plan.levels;
-    if (level.chunks > 1) {
-      level.out_offset = static_cast<size_t>(i % 2);  // buffer index, turned into bytes below
-      const size_t bytes = static_cast<size_t>(rows * level.chunks * k) * sizeof(uint64_t);
-      buffer_bytes[i % 2] = std::max(buffer_bytes[i % 2], bytes);
-    }
     plan.level[plan.levels++] = level;
     if (level.chunks == 1 || plan.levels == kSelectMaxLevels) break;
     SelectLevel next;
     next.items = level.chunks * k;
     next.chunk = kCandidateChunk;
     next.chunks = CeilDiv(next.items, kCandidateChunk);
-    next.in_offset = level.out_offset;
     level = next;
   }
-  // Buffer 0 first, then buffer 1, each 16-byte aligned.
+  // Candidates alternate between two buffers of the workspace, buffer 0 first and then buffer
+  // 1 (16-byte aligned): level i writes buffer i % 2, which level i + 1 reads.
+  size_t buffer_bytes[2] = {0, 0};
+  for (int i = 0; i + 1 < plan.levels; ++i) {
+    const size_t bytes = static_cast<size_t>(rows * plan.level[i].chunks * k) * sizeof(uint64_t);
+    buffer_bytes[i % 2] = std::max(buffer_bytes[i % 2], bytes);
+  }
   const size_t second = (buffer_bytes[0] + 15) / 16 * 16;
   for (int i = 0; i < plan.levels; ++i) {
-    plan.level[i].out_offset = plan.level[i].out_offset == 0 ? 0 : second;
-    plan.level[i].in_offset = plan.level[i].in_offset == 0 ? 0 : second;
+    plan.level[i].out_offset = i + 1 < plan.levels && i % 2 == 1 ? second : 0;
+    plan.level[i].in_offset = i > 0 && (i - 1) % 2 == 1 ? second : 0;
   }
   plan.workspace_bytes = second + buffer_bytes[1];
   return plan;

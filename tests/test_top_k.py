@@ -17,7 +17,7 @@ import pytest
 import jax_argreduce as ar
 import reference
 from jax_argreduce import _dispatch, _ffi, _primitives
-from reference import Fmt, np_dtype
+from reference import Fmt
 
 METHODS = ("auto", "kernel", "xla")
 PLATFORM = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
