@@ -24,25 +24,18 @@
 // 0xFFFFFFFF; the max is 33 ln 2 - 2^-34 rounded), G non-decreasing in the bits (both checked over
 // all 2^32 patterns); float64 G in [-3.8078743, 45.0545667] (bits 0 and 2^64 - 1).
 //
-// Why this way. The platform log/logf/log1p differ in their last bit between glibc and CUDA, so
-// the logs here are our own: exponent extraction by integer operations on the bits, a degree-7
-// (float64: 19) minimax polynomial evaluated with fma, and nothing but correctly rounded IEEE
-// operations (+, -, *, fma: no division, no table, no transcendental). The host (g++ or clang,
-// any -O, -march, -ffp-contract) and the device (nvcc, IEEE mode) execute the same sequence of
-// correctly rounded operations. log is within 1.2 ulp (float32) / 1.3 ulp (float64), and -log(u)
-// within 1.8 ulp of the exact value over all 2^32 float32 patterns.
+// Why this way. The logs are the package's own (exact_math.h), not the platform's, whose last bit
+// differs between glibc and CUDA; every floating step here is one of exact_math.h's correctly
+// rounded operations, so the host and the device compute the same noise bits.
 //
 // Invariants, keep them when editing:
-//   * every rounded floating operation goes through Add/Sub/Mul/Fma below (device: __f*_rn /
-//     __d*_rn intrinsics, which nvcc never contracts; host: a product is opaque to the compiler,
-//     so it is never contracted either); negations are exact and folded into fma operands (RN is
-//     symmetric);
+//   * every rounded floating operation goes through exact_math.h's Add/Sub/Mul/Fma;
 //   * u is never rounded: it is built from the bits as an exact sum hi + lo, and -log(u) is a
 //     log1p-style evaluation of that sum (the reduced argument u * 2^-e - 1 is formed with one
 //     rounding), so the upper tail (u -> 1: small E = -log(u), large G) keeps full relative
 //     precision: no 1 - u cancellation;
 //   * no subnormal, infinity or NaN occurs on the noise path; still, never compile this with
-//     fast-math (-ffast-math is refused below; nvcc: no --use_fast_math, no -ftz=true).
+//     fast-math (exact_math.h refuses -ffast-math; nvcc: no --use_fast_math, no -ftz=true).
 // GumbelUpperBound*(bits) is a cheap bound (no log) with G(bits) <= bound, so a scan can skip the
 // logs of elements that cannot win (logit / T + bound < running max) without changing a sample;
 // GumbelUpperBoundHighF32(high) bounds G over every 32-bit pattern with that high half, so the
@@ -50,53 +43,20 @@
 #ifndef JAX_ARGREDUCE_FFI_GUMBEL_H_
 #define JAX_ARGREDUCE_FFI_GUMBEL_H_
 
-#include <cmath>    // std::fma (host)
 #include <cstdint>
-#include <cstring>  // std::memcpy (host bit casts)
 
-#include "order.h"  // JAX_ARGREDUCE_HD
-
-#if defined(__FAST_MATH__)
-#error "ffi/gumbel.h: fast-math would break the bit-identity of the noise between CPU and GPU"
-#endif
+#include "exact_math.h"  // Add/Sub/Mul/Fma, bit casts, the own logs
+#include "order.h"       // JAX_ARGREDUCE_HD
+#include "philox.h"      // Philox4x32_10
 
 namespace jax_argreduce {
 
-// ---------------------------------------------------------------------------------------------
-// Philox-4x32-10 (Random123 philox4x32_R(10, ...)): 10 rounds, round r uses key + r * (W0, W1).
-// ---------------------------------------------------------------------------------------------
-struct Philox4x32Block {
-  uint32_t v[4];
-};
-
+// The sampler's helpers: the exact arithmetic and Philox's constants under one name (code
+// written against gumbel_detail:: keeps compiling).
 namespace gumbel_detail {
-constexpr uint32_t kPhiloxM0 = 0xD2511F53u;
-constexpr uint32_t kPhiloxM1 = 0xCD9E8D57u;
-constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;
-constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
+using namespace exact_detail;
+using namespace philox_detail;
 }  // namespace gumbel_detail
-
-JAX_ARGREDUCE_HD Philox4x32Block Philox4x32_10(Philox4x32Block counter, uint32_t k0,
-                                               uint32_t k1) {
-  using namespace gumbel_detail;
-  uint32_t c0 = counter.v[0], c1 = counter.v[1], c2 = counter.v[2], c3 = counter.v[3];
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kPhiloxM0) * c0;  // one IMAD.WIDE.U32 each
-    const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * c2;
-    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += kPhiloxW0;
-    k1 += kPhiloxW1;
-  }
-  return Philox4x32Block{{c0, c1, c2, c3}};
-}
 
 // The sampler's counter layout (see the top of this file). `row` is the int64 row index taken as
 // uint64 (two's complement); `group` = col / 8 (float32 noise: the high and the low stream) or
@@ -132,248 +92,7 @@ JAX_ARGREDUCE_HD Philox4x32Block GumbelBitsPairF64(uint32_t k0, uint32_t k1, uin
   return GumbelCounterBlock(k0, k1, row, pair, 1u);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Correctly rounded operations that no compiler may fuse or reorder differently per platform.
-// One definition each (same declarations in nvcc's host and device passes), the body picks:
-// device: the __f*_rn / __d*_rn intrinsics, never contracted into an fma by nvcc; host: plain
-// IEEE binary32/binary64 operations (x86-64 SSE, AArch64: FLT_EVAL_METHOD == 0) and std::fma,
-// which is exact whether it is an instruction (-mfma) or glibc's emulation. A host Mul's result
-// goes through an empty asm, so g++/clang cannot contract it into an fma with a later Add even
-// under -mfma -ffp-contract=fast (e.g. Add(Mul(logit, inv_t), g) stays two roundings, as on the
-// device). Use these helpers for every float operation that must match across CPU and GPU.
-// ---------------------------------------------------------------------------------------------
-#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#define JAX_ARGREDUCE_GUMBEL_OPAQUE(v) __asm__("" : "+x"(v))
-#elif !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
-#define JAX_ARGREDUCE_GUMBEL_OPAQUE(v) __asm__("" : "+w"(v))
-#else
-#define JAX_ARGREDUCE_GUMBEL_OPAQUE(v) static_cast<void>(v)  // build with -ffp-contract=off
-#endif
-
 namespace gumbel_detail {
-
-JAX_ARGREDUCE_HD float Add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-JAX_ARGREDUCE_HD float Sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-JAX_ARGREDUCE_HD float Mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  float p = a * b;
-  JAX_ARGREDUCE_GUMBEL_OPAQUE(p);
-  return p;
-#endif
-}
-JAX_ARGREDUCE_HD float Fma(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-JAX_ARGREDUCE_HD double Add(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-JAX_ARGREDUCE_HD double Sub(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-JAX_ARGREDUCE_HD double Mul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  double p = a * b;
-  JAX_ARGREDUCE_GUMBEL_OPAQUE(p);
-  return p;
-#endif
-}
-JAX_ARGREDUCE_HD double Fma(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
-JAX_ARGREDUCE_HD uint32_t AsBits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-#endif
-}
-JAX_ARGREDUCE_HD float AsFloat(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float x;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
-#endif
-}
-JAX_ARGREDUCE_HD uint64_t AsBits(double x) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(x));
-#else
-  uint64_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-#endif
-}
-JAX_ARGREDUCE_HD double AsDouble(uint64_t b) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
-#else
-  double x;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
-#endif
-}
-
-// Count of leading zeros, 64 for 0.
-JAX_ARGREDUCE_HD int Clz64(uint64_t x) {
-#if defined(__CUDA_ARCH__)
-  return __clzll(static_cast<long long>(x));
-#elif defined(__GNUC__) || defined(__clang__)
-  return x == 0 ? 64 : __builtin_clzll(x);
-#else
-  int n = 0;
-  for (uint64_t m = 1ull << 63; m != 0 && (x & m) == 0; m >>= 1) ++n;
-  return n;
-#endif
-}
-
-// log1p(x) = x + x^2 * Q(x) on x in [sqrt(1/2) - 1, sqrt(2) - 1]: Q is the weighted minimax
-// polynomial (Remez, error measured relative to log1p) with its coefficients rounded to nearest.
-// float32: degree 7, approximation error 2^-25.0 relative; float64: degree 19, 2^-56.8.
-// (Literals, not constexpr arrays: namespace-scope arrays are not usable in device code.)
-// float32: ln 2 rounded (its error, 1.9e-9, times |e| stays below 0.13 ulp of the result);
-// float64: ln 2 = kLn2Hi + kLn2Lo, two fma.
-constexpr float kLn2F32 = 0x1.62e430p-1f;
-constexpr double kLn2HiF64 = 0x1.62e42fefa39efp-1;
-constexpr double kLn2LoF64 = 0x1.abc9e3b39803fp-56;
-
-// x + x^2 * Q(x) ~ log1p(x) for x in [sqrt(1/2)-1, sqrt(2)-1] (7 fma + 1 mul + 1 fma).
-template <bool kNeg>
-JAX_ARGREDUCE_HD float Log1pPolyF32(float x) {
-  float q = 0x1.65b10cp-4f;
-  q = Fma(q, x, -0x1.24f3f0p-3f);
-  q = Fma(q, x, 0x1.3181b0p-3f);
-  q = Fma(q, x, -0x1.535f14p-3f);
-  q = Fma(q, x, 0x1.98d338p-3f);
-  q = Fma(q, x, -0x1.000492p-2f);
-  q = Fma(q, x, 0x1.5556f2p-2f);
-  q = Fma(q, x, -0x1.fffffap-2f);
-  const float x2 = Mul(x, x);  // only ever an fma multiplicand
-  // kNeg: -(x + x^2 q), bit for bit (round-to-nearest is symmetric), at no extra instruction.
-  return kNeg ? Fma(-x2, q, -x) : Fma(x2, q, x);
-}
-template <bool kNeg>
-JAX_ARGREDUCE_HD double Log1pPolyF64(double x) {
-  double q = 0x1.ac91bfa6eeaa5p-6;
-  q = Fma(q, x, -0x1.ebb7ae0c1c043p-5);
-  q = Fma(q, x, 0x1.0b5c73519ec87p-4);
-  q = Fma(q, x, -0x1.d1319b053b428p-5);
-  q = Fma(q, x, 0x1.cfa66677df9abp-5);
-  q = Fma(q, x, -0x1.fb730a5d6046bp-5);
-  q = Fma(q, x, 0x1.11d9eab98047bp-4);
-  q = Fma(q, x, -0x1.24dc43598db69p-4);
-  q = Fma(q, x, 0x1.3b0a9ab3980d8p-4);
-  q = Fma(q, x, -0x1.55507048eb777p-4);
-  q = Fma(q, x, 0x1.745d47c3159d0p-4);
-  q = Fma(q, x, -0x1.9999c96e068b1p-4);
-  q = Fma(q, x, 0x1.c71c71c26cd74p-4);
-  q = Fma(q, x, -0x1.fffffef27087cp-4);
-  q = Fma(q, x, 0x1.2492492277332p-3);
-  q = Fma(q, x, -0x1.55555556edd0cp-3);
-  q = Fma(q, x, 0x1.99999999a1159p-3);
-  q = Fma(q, x, -0x1.fffffffffdd18p-3);
-  q = Fma(q, x, 0x1.555555555551ep-2);
-  q = Fma(q, x, -0x1.0000000000003p-1);
-  const double x2 = Mul(x, x);
-  return kNeg ? Fma(-x2, q, -x) : Fma(x2, q, x);
-}
-
-// Argument reduction by integer operations on the bits of a positive normal s:
-// s = 2^e * m with m in [sqrt(1/2), sqrt(2)), e = (bits(s) - bits(sqrt(1/2))) >> 23 (arithmetic).
-constexpr uint32_t kSqrtHalfBitsF32 = 0x3F3504F3u;  // fl(sqrt(1/2))
-constexpr uint64_t kSqrtHalfBitsF64 = 0x3FE6A09E667F3BCDull;
-struct ReductionF32 {
-  uint32_t e_field;  // e << 23 (two's complement): bits(m) = bits(s) - e_field
-  float ef;          // e, exactly
-};
-JAX_ARGREDUCE_HD ReductionF32 ReduceF32(float s) {
-  const uint32_t ix = AsBits(s) - kSqrtHalfBitsF32;
-  // e as a float without a conversion instruction: the float 1.5 * 2^23 + e is exact.
-  const float ef = Sub(AsFloat(0x4B400000u + static_cast<uint32_t>(static_cast<int32_t>(ix) >> 23)),
-                       12582912.0f);
-  return ReductionF32{ix & 0xFF800000u, ef};
-}
-struct ReductionF64 {
-  uint64_t e_field;
-  double ef;
-};
-JAX_ARGREDUCE_HD ReductionF64 ReduceF64(double s) {
-  const uint64_t ix = AsBits(s) - kSqrtHalfBitsF64;
-  const double ef = Sub(AsDouble(0x4338000000000000ull +
-                                 static_cast<uint64_t>(static_cast<int64_t>(ix) >> 52)),
-                        6755399441055744.0);  // 1.5 * 2^52
-  return ReductionF64{ix & 0xFFF0000000000000ull, ef};
-}
-
-
-// The logs, as log (kNeg = false) or -log (kNeg = true: every operand of the last two fma
-// negated, so -log costs nothing and equals the negated log bit for bit).
-template <bool kNeg>
-JAX_ARGREDUCE_HD float LogF32(float x) {
-  const ReductionF32 r = ReduceF32(x);
-  const float f = Sub(AsFloat(AsBits(x) - r.e_field), 1.0f);  // m - 1, exact (Sterbenz)
-  return Fma(kNeg ? -r.ef : r.ef, kLn2F32, Log1pPolyF32<kNeg>(f));
-}
-template <bool kNeg>
-JAX_ARGREDUCE_HD float LogSumF32(float hi, float lo) {
-  const ReductionF32 r = ReduceF32(Add(hi, lo));
-  const float scale = AsFloat(0x3F800000u - r.e_field);  // 2^-e
-  // x = fl((hi + lo) * 2^-e - 1): one rounding of the exact value (the inner fma is exact, and
-  // lo * 2^-e is), so x carries u - 1 with full relative precision when u is near 1.
-  const float x = Fma(lo, scale, Fma(hi, scale, -1.0f));
-  return Fma(kNeg ? -r.ef : r.ef, kLn2F32, Log1pPolyF32<kNeg>(x));
-}
-template <bool kNeg>
-JAX_ARGREDUCE_HD double LogF64(double x) {
-  const ReductionF64 r = ReduceF64(x);
-  const double f = Sub(AsDouble(AsBits(x) - r.e_field), 1.0);
-  const double ef = kNeg ? -r.ef : r.ef;
-  return Fma(ef, kLn2HiF64, Fma(ef, kLn2LoF64, Log1pPolyF64<kNeg>(f)));
-}
-template <bool kNeg>
-JAX_ARGREDUCE_HD double LogSumF64(double hi, double lo) {
-  const ReductionF64 r = ReduceF64(Add(hi, lo));
-  const double scale = AsDouble(0x3FF0000000000000ull - r.e_field);
-  const double x = Fma(lo, scale, Fma(hi, scale, -1.0));
-  const double ef = kNeg ? -r.ef : r.ef;
-  return Fma(ef, kLn2HiF64, Fma(ef, kLn2LoF64, Log1pPolyF64<kNeg>(x)));
-}
 // c - ln 2 * bits(x) * 2^-23 for a float x in [0, 2^30): ln 2 * (c / ln 2 - 127 - log2 x) up to
 // log2(1 + m) - m (x = 2^e (1 + m)), no log; the log-free noise bounds' common step. Correctly
 // rounded steps (the bits' conversion to nearest on both sides): the same value on host and
@@ -388,46 +107,6 @@ JAX_ARGREDUCE_HD float Ln2BitsLine(float x, float c) {
   return Fma(x_bits_f, -0x1.62e43p-24f /* ln 2 * 2^-23, rounded */, c);
 }
 }  // namespace gumbel_detail
-
-// log(x) for a positive normal float32 x (0, inf, NaN and subnormals are not handled: the noise
-// never produces them). Max error 1.2 ulp over every positive normal float (gumbel_test).
-JAX_ARGREDUCE_HD float GumbelLogF32(float x) { return gumbel_detail::LogF32<false>(x); }
-
-// log(hi + lo) of the exact sum of two floats, as accurate as GumbelLogF32 even when hi + lo is
-// within an ulp of 1 (a log1p-style evaluation: no cancellation), provided that, with e the
-// exponent of fl(hi + lo) in the reduction above, hi * 2^-e - 1 and lo * 2^-e are exact. That
-// holds for (hi, lo) a Fast2Sum/TwoSum pair (hi = fl(hi + lo)), and for the uniform's split
-// below (hi a multiple of 2^-23 in [0, 1), 0 < lo < 2^-23). hi + lo in [2^-125, 2^125].
-JAX_ARGREDUCE_HD float GumbelLogSumF32(float hi, float lo) {
-  return gumbel_detail::LogSumF32<false>(hi, lo);
-}
-
-// log1p(x) for x > -1 (1 + x in [2^-125, 2^125]), through the exact pair 1 + x = s + err.
-JAX_ARGREDUCE_HD float GumbelLog1pF32(float x) {
-  using namespace gumbel_detail;
-  const float s = Add(1.0f, x);  // TwoSum: no magnitude precondition
-  const float bv = Sub(s, 1.0f);
-  const float av = Sub(s, bv);
-  const float err = Add(Sub(1.0f, av), Sub(x, bv));
-  return GumbelLogSumF32(s, err);
-}
-
-JAX_ARGREDUCE_HD double GumbelLogF64(double x) { return gumbel_detail::LogF64<false>(x); }
-
-// float64 twin of GumbelLogSumF32 (the uniform's split: hi a multiple of 2^-52 in [0, 1),
-// 0 < lo < 2^-52).
-JAX_ARGREDUCE_HD double GumbelLogSumF64(double hi, double lo) {
-  return gumbel_detail::LogSumF64<false>(hi, lo);
-}
-
-JAX_ARGREDUCE_HD double GumbelLog1pF64(double x) {
-  using namespace gumbel_detail;
-  const double s = Add(1.0, x);
-  const double bv = Sub(s, 1.0);
-  const double av = Sub(s, bv);
-  const double err = Add(Sub(1.0, av), Sub(x, bv));
-  return GumbelLogSumF64(s, err);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Uniform and Gumbel transform.
