@@ -318,6 +318,208 @@ JAX_ARGREDUCE_HD double GumbelLog1pF64(double x) {
   return GumbelLogSumF64(s, err);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Own exp: exp(x) correctly rounded to float32 (round to nearest, ties to even) for every float32
+// x, subnormal results included (no flush to zero): the masses of the filtered sampler (SPEC
+// §1f) are exp(z - z_max), and a correctly rounded result is the one value that the host and the
+// device, and any later reimplementation, can all agree on.
+//
+// How the rounding is decided. A double y ~ exp(x) is computed with a relative error below 2^-51
+// (error budget below); a float32 rounding boundary (midpoint) lies between y - 16 ulp(y) and
+// y + 16 ulp(y) only rarely (about once per 2^24 inputs), and otherwise exp(x) and y round to the
+// same float (round-to-nearest is monotone: RN(y - 16 ulp) == RN(y + 16 ulp) == RN(exp x)). In the
+// rare case a double-double evaluation (relative error ~2^-88) decides: its high part is a
+// midpoint only when exp(x) is within 2^-53 of one, and then the sign of the low part says on
+// which side exp(x) lies (float32 exp comes no closer than ~2^-60 relative to a midpoint: the
+// exhaustive test checks it for every input the refinement sees). The float32 rounding of a
+// double is done on the bits with integer operations (RoundToF32), so a subnormal result never
+// depends on a flush-to-zero mode of the host or the device.
+//
+// Error budget of y (fast path), relative: the reduction r = x - k ln 2 (exact product and
+// difference for k L1, one rounding for k L2: 2^-55 absolute, |r| <= 0.35), Taylor degree 13
+// (truncation 2^-56.7), Horner's roundings (0.7 * 2^-53 after the last fma's), the last fma
+// (2^-53): below 2.1 * 2^-53 < 2^-51; multiplying by 2^k is exact.
+// ---------------------------------------------------------------------------------------------
+namespace exact_detail {
+
+// ln 2 = kExpLn2Hi + kExpLn2Mid + kExpLn2Lo (to 2^-150): kExpLn2Hi has 44 bits, so k * kExpLn2Hi
+// is exact for |k| <= 2^8, and x - k * kExpLn2Hi is exact (a multiple of 2^-45 below 1/2).
+constexpr double kExpLn2Hi = 0x1.62e42fefa3a00p-1;
+constexpr double kExpLn2Mid = -0x1.0ca86c3898d00p-49;
+constexpr double kExpLn2Lo = 0x1.f97b57a079a19p-103;
+constexpr double kExpInvLn2 = 0x1.71547652b82fep+0;
+constexpr double kRoundShift = 0x1.8p52;  // t + 1.5 * 2^52 rounds t to an integer (|t| < 2^51)
+
+// Round to nearest even of a positive finite normal double, given by its bits, to float32 bits:
+// subnormal results and overflow to +inf included. `tie`: the double was exactly a midpoint.
+struct RoundedF32 {
+  uint32_t bits;
+  bool tie;
+};
+JAX_ARGREDUCE_HD RoundedF32 RoundToF32(uint64_t b) {
+  const int e = static_cast<int>(b >> 52) - 896;  // the float32 biased exponent (normal result)
+  const uint64_t m = (b & 0xFFFFFFFFFFFFFull) | (1ull << 52);
+  int shift = e < 1 ? 30 - e : 29;  // bits dropped from the 53-bit significand
+  if (shift > 54) shift = 54;  // m < 2^53: from 54 on, the result is 0 (below half of 2^-149)
+  const uint64_t q = m >> shift;
+  const uint64_t rem = m & ((1ull << shift) - 1u);
+  const uint64_t half = 1ull << (shift - 1);
+  const uint64_t up = (rem > half || (rem == half && (q & 1u) != 0)) ? 1u : 0u;
+  // A normal result's significand q (2^23 <= q <= 2^24) carries into the exponent field itself.
+  uint64_t bits = (static_cast<uint64_t>(e < 1 ? 0 : e - 1) << 23) + q + up;
+  if (bits > 0x7F800000u) bits = 0x7F800000u;
+  return RoundedF32{static_cast<uint32_t>(bits), rem == half};
+}
+
+struct DoubleDouble {
+  double hi, lo;
+};
+JAX_ARGREDUCE_HD DoubleDouble TwoSum(double a, double b) {  // hi + lo == a + b exactly
+  const double s = Add(a, b);
+  const double bv = Sub(s, a);
+  const double av = Sub(s, bv);
+  return DoubleDouble{s, Add(Sub(a, av), Sub(b, bv))};
+}
+JAX_ARGREDUCE_HD DoubleDouble FastTwoSum(double a, double b) {  // |a| >= |b| (or a == 0)
+  const double s = Add(a, b);
+  return DoubleDouble{s, Sub(b, Sub(s, a))};
+}
+// s * r + (ch + cl) in double-double (relative error a few 2^-104 while |s r| <= |c| / 2).
+JAX_ARGREDUCE_HD DoubleDouble MulAddDD(DoubleDouble s, DoubleDouble r, double ch, double cl) {
+  const double ph = Mul(s.hi, r.hi);
+  const double pl = Fma(s.hi, r.lo, Fma(s.lo, r.hi, Fma(s.hi, r.hi, -ph)));
+  const DoubleDouble t = TwoSum(ch, ph);
+  return FastTwoSum(t.hi, Add(t.lo, Add(pl, cl)));
+}
+
+// exp(r) by Taylor degree 13 for |r| <= 0.35 (the fast path).
+JAX_ARGREDUCE_HD double ExpPolyF64(double r) {
+  double q = 0x1.6124613a86d09p-33;  // 1/13!
+  q = Fma(q, r, 0x1.1eed8eff8d898p-29);
+  q = Fma(q, r, 0x1.ae64567f544e4p-26);
+  q = Fma(q, r, 0x1.27e4fb7789f5cp-22);
+  q = Fma(q, r, 0x1.71de3a556c734p-19);
+  q = Fma(q, r, 0x1.a01a01a01a01ap-16);
+  q = Fma(q, r, 0x1.a01a01a01a01ap-13);
+  q = Fma(q, r, 0x1.6c16c16c16c17p-10);
+  q = Fma(q, r, 0x1.1111111111111p-7);
+  q = Fma(q, r, 0x1.5555555555555p-5);
+  q = Fma(q, r, 0x1.5555555555555p-3);
+  q = Fma(q, r, 0.5);
+  q = Fma(q, r, 1.0);
+  return Fma(q, r, 1.0);
+}
+
+// The refinement: exp(x) = 2^k exp(r) in double-double, r = x - k ln 2 to ~2^-100 (ln 2 in three
+// parts), exp(r) by Taylor degree 20 (truncation 2^-97): the terms of degree >= 10 in double
+// (their sum is below 2^-36, so its rounding is below 2^-89), the rest in double-double. Then
+// the float32 rounding of hi + lo (|lo| <= ulp(hi) / 2): hi's, unless hi is a midpoint, where the
+// sign of lo decides.
+JAX_ARGREDUCE_HD float ExpF32Refined(float x) {  // x in [-104, 89]
+  const double xd = static_cast<double>(x);
+  const double t = Fma(xd, kExpInvLn2, kRoundShift);
+  const double kd = Sub(t, kRoundShift);
+  const int32_t k = static_cast<int32_t>(static_cast<uint32_t>(AsBits(t)));
+  const double scale = AsDouble(static_cast<uint64_t>(k + 1023) << 52);
+  const double r0 = Fma(kd, -kExpLn2Hi, xd);  // exact
+  const double ph = Mul(kd, kExpLn2Mid);
+  const double pl = Fma(kd, kExpLn2Mid, -ph);  // k * kExpLn2Mid == ph + pl exactly
+  DoubleDouble r = TwoSum(r0, -ph);
+  r = FastTwoSum(r.hi, Sub(r.lo, Fma(kd, kExpLn2Lo, pl)));
+  double q = 0x1.e542ba4020225p-62;  // 1/20!
+  q = Fma(q, r.hi, 0x1.2f49b46814157p-57);
+  q = Fma(q, r.hi, 0x1.6827863b97d97p-53);
+  q = Fma(q, r.hi, 0x1.952c77030ad4ap-49);
+  q = Fma(q, r.hi, 0x1.ae7f3e733b81fp-45);
+  q = Fma(q, r.hi, 0x1.ae7f3e733b81fp-41);
+  q = Fma(q, r.hi, 0x1.93974a8c07c9dp-37);
+  q = Fma(q, r.hi, 0x1.6124613a86d09p-33);
+  q = Fma(q, r.hi, 0x1.1eed8eff8d898p-29);
+  q = Fma(q, r.hi, 0x1.ae64567f544e4p-26);
+  q = Fma(q, r.hi, 0x1.27e4fb7789f5cp-22);  // 1/10!
+  DoubleDouble s{q, 0.0};
+  s = MulAddDD(s, r, 0x1.71de3a556c734p-19, -0x1.c154f8ddc6c00p-73);  // 1/9!
+  s = MulAddDD(s, r, 0x1.a01a01a01a01ap-16, 0x1.a01a01a01a01ap-76);
+  s = MulAddDD(s, r, 0x1.a01a01a01a01ap-13, 0x1.a01a01a01a01ap-73);
+  s = MulAddDD(s, r, 0x1.6c16c16c16c17p-10, -0x1.f49f49f49f49fp-65);
+  s = MulAddDD(s, r, 0x1.1111111111111p-7, 0x1.1111111111111p-63);
+  s = MulAddDD(s, r, 0x1.5555555555555p-5, 0x1.5555555555555p-59);
+  s = MulAddDD(s, r, 0x1.5555555555555p-3, 0x1.5555555555555p-57);
+  s = MulAddDD(s, r, 0.5, 0.0);
+  s = MulAddDD(s, r, 1.0, 0.0);
+  s = MulAddDD(s, r, 1.0, 0.0);
+  const double hi = Mul(s.hi, scale);  // exact: powers of two, no underflow
+  const double lo = Mul(s.lo, scale);
+  const uint64_t b = AsBits(hi);
+  const RoundedF32 f = RoundToF32(b);
+  if (!f.tie || lo == 0.0) return AsFloat(f.bits);
+  return AsFloat(RoundToF32(lo > 0.0 ? b + 1u : b - 1u).bits);  // off the midpoint, lo's side
+}
+
+}  // namespace exact_detail
+
+// exp(x) correctly rounded to float32 for every float32 x: exp(-inf) = +0.0f, exp(+inf) = +inf,
+// NaN -> NaN, results below 2^-126 rounded to the subnormal grid (exp(x) = +0.0f from x <
+// -103.972), +inf above 88.7228; exp(-0.0f) = exp(tiny) = 1.0f. The same bits on host and device.
+// Checked against a correctly rounded reference over every float32 (tests/cpp/exp_test.cc).
+JAX_ARGREDUCE_HD float ExpF32(float x) {
+  using namespace exact_detail;
+  if (!(x >= -104.0f)) return x < 0.0f ? 0.0f : Add(x, x);  // exp(-104) < 2^-150; NaN quieted
+  if (x > 89.0f) return AsFloat(0x7F800000u);                // exp(89) > FLT_MAX
+  const double xd = static_cast<double>(x);                  // exact
+  const double t = Fma(xd, kExpInvLn2, kRoundShift);
+  const double kd = Sub(t, kRoundShift);                     // k = round(x / ln 2), |k| <= 150
+  const int32_t k = static_cast<int32_t>(static_cast<uint32_t>(AsBits(t)));
+  const double r = Fma(kd, -kExpLn2Mid, Fma(kd, -kExpLn2Hi, xd));  // inner fma exact
+  const double scale = AsDouble(static_cast<uint64_t>(k + 1023) << 52);  // 2^k
+  const uint64_t b = AsBits(Mul(ExpPolyF64(r), scale));  // y ~ exp(x), exact scaling
+  const uint32_t down = RoundToF32(b - 16u).bits;
+  const uint32_t up = RoundToF32(b + 16u).bits;
+  if (down == up) return AsFloat(down);
+  return ExpF32Refined(x);  // the same k, recomputed (rare: keeps the fast path's registers)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixed-point masses (SPEC §1f): top-p compares a prefix of masses exp(z - z_max) with p times
+// their total. Floating sums depend on their order (and so on the launch geometry), integer sums
+// do not: each mass is rounded down to a multiple of 2^-32 and summed in uint64 (exact, any order,
+// up to 2^21 masses of 1 and far more in practice before 2^53), and p is compared exactly.
+// Resolution: a mass below 2^-32 (z - z_max < -22.18) counts as 0, and the sum of n masses is
+// low by less than n * 2^-32 (relative to the top token's mass, 1).
+// ---------------------------------------------------------------------------------------------
+
+// floor(e * 2^32) for e in [0, 1] (1.0f -> 2^32), exactly (integer operations on the bits: e has
+// 24 significant bits). -0.0f and negatives give 0; above 1 (+inf, a positive NaN) 2^32.
+JAX_ARGREDUCE_HD uint64_t MassFixed(float e) {
+  const uint32_t b = exact_detail::AsBits(e);
+  if (b >= 0x80000000u) return 0;
+  if (b >= 0x3F800000u) return 1ull << 32;
+  const int shift = static_cast<int>(b >> 23) - 118;  // e * 2^32 = significand * 2^shift
+  const uint64_t m = (b & 0x7FFFFFu) | 0x800000u;
+  // A subnormal e (exponent field 0) is below 2^-126: shift -118 already flushes it to 0.
+  return shift >= 0 ? m << shift : (shift > -64 ? m >> -shift : 0u);
+}
+
+// prefix < p * total in real arithmetic, for prefix, total < 2^53 and p in (0, 1] (any positive
+// float works). Exact because p * total = t + err exactly (t = fl(p * total), err = fma(p, total,
+// -t): the rounding error of a product is a double, no underflow here) and prefix is a double:
+// if prefix < t, then prefix <= pred(t) < t - |err| (|err| is at most half the gap to the
+// neighbour on err's side); symmetrically if prefix > t; if prefix == t, the sign of err decides.
+JAX_ARGREDUCE_HD bool MassBelow(uint64_t prefix, float p, uint64_t total) {
+  using namespace exact_detail;
+#if defined(__CUDA_ARCH__)
+  const double s = __ull2double_rn(prefix);  // exact below 2^53
+  const double n = __ull2double_rn(total);
+#else
+  const double s = static_cast<double>(prefix);
+  const double n = static_cast<double>(total);
+#endif
+  const double pd = static_cast<double>(p);
+  const double t = Mul(pd, n);
+  const double err = Fma(pd, n, -t);
+  return s < t || (s == t && err > 0.0);
+}
+
 }  // namespace jax_argreduce
 
 #endif  // JAX_ARGREDUCE_FFI_EXACT_MATH_H_
