@@ -6,6 +6,7 @@
 
 #include "categorical.h"
 #include "cpu_reduce.h"
+#include "cpu_sample.h"
 #include "cpu_select.h"
 #include "ffi_common.h"
 #include "handlers.h"
@@ -24,6 +25,8 @@ constexpr int64_t kArgReduceElementsPerTask = int64_t{1} << 20;
 constexpr int64_t kCategoricalElementsPerTask = int64_t{1} << 14;
 // top_k: about a key and a compare per element (cpu_select.h), a few ns.
 constexpr int64_t kTopKElementsPerTask = int64_t{1} << 16;
+// The filtered sampler: a few passes of keys, and an exp per element for top-p and min-p.
+constexpr int64_t kFilteredElementsPerTask = int64_t{1} << 14;
 
 // argmax/argmin (values == nullptr) and max_with_index/min_with_index.
 ffi::Error ArgReduceRows(ffi::ThreadPool& pool, const ffi::AnyBuffer& x,
@@ -60,7 +63,7 @@ ffi::Error CategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys, ffi::An
   const std::string op = "jax_argreduce categorical (cpu)";
   auto view = DecodeRows(logits, *indices, nullptr, op);
   if (!view.has_value()) return view.error();
-  auto sampler = DecodeSampler(*view, keys, temperature, offsets, *noisy_max, op);
+  auto sampler = DecodeSampler(*view, keys, temperature, offsets, &*noisy_max, op);
   if (!sampler.has_value()) return sampler.error();
   const NoisyMaxEpilogue epilogue{indices->untyped_data(),
                                   indices->element_type() == ffi::DataType::S64,
@@ -107,6 +110,51 @@ ffi::Error TopKCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
   return ffi::Error::Success();
 }
 
+ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
+                                      ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
+                                      ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
+                                      ffi::AnyBuffer min_p, ffi::AnyBuffer offsets,
+                                      ffi::Result<ffi::AnyBuffer> noisy_max,
+                                      ffi::Result<ffi::AnyBuffer> indices) {
+  const std::string op = "jax_argreduce filtered categorical (cpu)";
+  auto view = DecodeRows(logits, *indices, nullptr, op);
+  if (!view.has_value()) return view.error();
+  auto sampler = DecodeSampler(*view, keys, temperature, offsets, &*noisy_max, op);
+  if (!sampler.has_value()) return sampler.error();
+  auto k = DecodeRowParam<int32_t>(top_k, ffi::DataType::S32, view->rows, "top_k", op);
+  if (!k.has_value()) return k.error();
+  auto p = DecodeRowParam<float>(top_p, ffi::DataType::F32, view->rows, "top_p", op);
+  if (!p.has_value()) return p.error();
+  auto m = DecodeRowParam<float>(min_p, ffi::DataType::F32, view->rows, "min_p", op);
+  if (!m.has_value()) return m.error();
+  const NoisyMaxEpilogue epilogue{indices->untyped_data(),
+                                  indices->element_type() == ffi::DataType::S64,
+                                  noisy_max->untyped_data()};
+  DispatchFormat(view->format, false, [&](auto f, auto) {
+    constexpr Format F = decltype(f)::value;
+    using Sampler = FilteredSamplerCpu<F>;
+    using Policy = typename Sampler::Policy;
+    const Policy policy{static_cast<const uint32_t*>(keys.untyped_data()),
+                        view->rows / sampler->num_keys,
+                        static_cast<const typename Policy::Noise*>(temperature.untyped_data()),
+                        sampler->temperature_per_row,
+                        sampler->has_offsets
+                            ? static_cast<const int32_t*>(offsets.untyped_data())
+                            : nullptr};
+    const auto* data = static_cast<const typename Sampler::Bits*>(view->data);
+    ParallelForRows(pool, view->rows, view->cols, [&](int64_t begin, int64_t end) {
+      const ScopedIeeeSubnormals ieee;  // per thread: the pool's threads too
+      SampleScratch scratch;
+      for (int64_t r = begin; r < end; ++r) {
+        const RowFilters filters{(*k)[r], (*p)[r], (*m)[r]};
+        const auto* row = data + r * view->cols;
+        epilogue(r, Sampler::SampleRow(row, view->cols, policy.ForRow(r), filters, scratch), row);
+      }
+    }, kFilteredElementsPerTask);
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ArgReduceCpu, ArgReduceCpuImpl,
@@ -141,5 +189,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TopKCpu, TopKCpuImpl,
                                   .Ret<ffi::AnyBuffer>()   // values: [..., k] x's dtype
                                   .Ret<ffi::AnyBuffer>()   // indices: [..., k] int32 or int64
                                   .Attr<int64_t>("k"));    // 1 <= k <= cols
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCpu, FilteredCategoricalCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()  // XLA's intra-op thread pool
+                                  .Arg<ffi::AnyBuffer>()   // keys: [num_keys, 2] uint32
+                                  .Arg<ffi::AnyBuffer>()   // logits: [..., cols] float array
+                                  .Arg<ffi::AnyBuffer>()   // temperature: [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()   // top_k: int32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()   // top_p: float32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()   // min_p: float32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()   // offsets: [2] int32 (row, col), or [0]
+                                  .Ret<ffi::AnyBuffer>()   // noisy_max: [...] float32/64
+                                  .Ret<ffi::AnyBuffer>());  // indices: [...] int32 or int64
 
 }  // namespace jax_argreduce

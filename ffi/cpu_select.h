@@ -27,12 +27,11 @@ struct SelectItem {
   }
 };
 
-// values[0..k) and indices[0..k) of one row of `cols` elements (1 <= k <= cols). `buffer` is
-// scratch, reused across rows.
-template <Format F, class Index>
-void TopKRowCpu(const typename FormatTraits<F>::Bits* row, int64_t cols, int64_t k,
-                typename FormatTraits<F>::Bits* values, Index* indices,
-                std::vector<SelectItem>& buffer) {
+// The k first (key, column) pairs of columns [0, cols) in that order, sorted, in
+// buffer[0..k) (1 <= k <= cols; `key_of(c)` gives column c's radix key). `buffer` is scratch,
+// reused across rows.
+template <class KeyOf>
+void SelectTopK(int64_t cols, int64_t k, const KeyOf& key_of, std::vector<SelectItem>& buffer) {
   const auto greater = [](const SelectItem& a, const SelectItem& b) { return a > b; };
   const size_t capacity = static_cast<size_t>(std::min<int64_t>(2 * k, cols));
   buffer.clear();
@@ -41,7 +40,7 @@ void TopKRowCpu(const typename FormatTraits<F>::Bits* row, int64_t cols, int64_t
   bool has_bar = false;
   SelectItem bar{0, 0};
   for (int64_t c = 0; c < cols; ++c) {
-    const SelectItem item{static_cast<uint64_t>(RadixKey<F>(row[c])), c};
+    const SelectItem item{static_cast<uint64_t>(key_of(c)), c};
     // Columns grow, so an item whose key equals the bar's comes after it: only a larger key
     // enters once there is a bar.
     if (has_bar && item.key <= bar.key) continue;
@@ -55,6 +54,16 @@ void TopKRowCpu(const typename FormatTraits<F>::Bits* row, int64_t cols, int64_t
     }
   }
   std::partial_sort(buffer.begin(), buffer.begin() + k, buffer.end(), greater);
+  buffer.resize(static_cast<size_t>(k));
+}
+
+// values[0..k) and indices[0..k) of one row of `cols` elements (1 <= k <= cols). `buffer` is
+// scratch, reused across rows.
+template <Format F, class Index>
+void TopKRowCpu(const typename FormatTraits<F>::Bits* row, int64_t cols, int64_t k,
+                typename FormatTraits<F>::Bits* values, Index* indices,
+                std::vector<SelectItem>& buffer) {
+  SelectTopK(cols, k, [row](int64_t c) { return RadixKey<F>(row[c]); }, buffer);
   for (int64_t i = 0; i < k; ++i) {
     values[i] = row[buffer[i].col];
     indices[i] = static_cast<Index>(buffer[i].col);

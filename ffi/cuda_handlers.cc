@@ -144,7 +144,7 @@ ffi::Error CategoricalCudaImpl(cudaStream_t stream, int32_t device, CallSiteStat
   const std::string op = "jax_argreduce categorical (cuda)";
   auto view = DecodeRows(logits, *indices, nullptr, op);
   if (!view.has_value()) return view.error();
-  auto sampler = DecodeSampler(*view, keys, temperature, offsets, *noisy_max, op);
+  auto sampler = DecodeSampler(*view, keys, temperature, offsets, &*noisy_max, op);
   if (!sampler.has_value()) return sampler.error();
   CategoricalLaunch launch;
   launch.stream = stream;

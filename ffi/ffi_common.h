@@ -8,6 +8,7 @@
 #include <string>
 
 #include "order.h"
+#include "row_param.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_argreduce {
@@ -109,7 +110,7 @@ inline xla::ffi::ErrorOr<RowView> DecodeTopK(const xla::ffi::AnyBuffer& x,
 // temperature (float32; float64 for float64 logits) of 1 or rows elements, two int32
 // offsets (row, column) or none (zero offsets: an unsharded call; an empty operand, since XLA
 // would turn a constant [0, 0] into a broadcast kernel), and the noisy maxima (the
-// temperature's dtype, one per row).
+// temperature's dtype, one per row; the filtered sampler has none: nullptr).
 struct SamplerView {
   int64_t num_keys;
   bool temperature_per_row;
@@ -120,7 +121,7 @@ inline xla::ffi::ErrorOr<SamplerView> DecodeSampler(const RowView& view,
                                                     const xla::ffi::AnyBuffer& keys,
                                                     const xla::ffi::AnyBuffer& temperature,
                                                     const xla::ffi::AnyBuffer& offsets,
-                                                    const xla::ffi::AnyBuffer& noisy_max,
+                                                    const xla::ffi::AnyBuffer* noisy_max,
                                                     const std::string& op) {
   namespace ffi = xla::ffi;
   auto invalid = [&](const std::string& what) {
@@ -148,11 +149,25 @@ inline xla::ffi::ErrorOr<SamplerView> DecodeSampler(const RowView& view,
     return invalid("offsets must be two int32 (row offset, column offset), or none");
   }
   sampler.has_offsets = offsets.element_count() == 2;
-  if (noisy_max.element_type() != noise_type ||
-      static_cast<int64_t>(noisy_max.element_count()) != view.rows) {
+  if (noisy_max != nullptr && (noisy_max->element_type() != noise_type ||
+                                static_cast<int64_t>(noisy_max->element_count()) != view.rows)) {
     return invalid("noisy_max must have the temperature's dtype, one element per row");
   }
   return sampler;
+}
+
+// `buffer` as a RowParam of `type` with 1 or `rows` elements.
+template <class T>
+xla::ffi::ErrorOr<RowParam<T>> DecodeRowParam(const xla::ffi::AnyBuffer& buffer,
+                                              xla::ffi::DataType type, int64_t rows,
+                                              const std::string& name, const std::string& op) {
+  const int64_t count = static_cast<int64_t>(buffer.element_count());
+  if (buffer.element_type() != type || (count != 1 && count != rows)) {
+    return xla::ffi::Unexpected(xla::ffi::Error::InvalidArgument(
+        op + ": " + name + " must have 1 or rows (" + std::to_string(rows) + ") elements of its "
+        "dtype, got " + std::to_string(count)));
+  }
+  return RowParam<T>{static_cast<const T*>(buffer.untyped_data()), count != 1};
 }
 
 }  // namespace jax_argreduce

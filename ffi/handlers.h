@@ -12,10 +12,13 @@ namespace jax_argreduce {
 // argreduce: x -> indices. max_with_index: x -> (values, indices). Attribute is_min.
 // categorical: (keys, logits, temperature, offsets) -> (noisy_max, indices).
 // top_k: x -> (values, indices), k per row. Attribute k.
+// filtered categorical: (keys, logits, temperature, top_k, top_p, min_p, offsets) ->
+// (noisy_max, indices).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(TopKCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(FilteredCategoricalCpu);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
 // Per call site, from XLA's instantiate stage (InstantiateCuda) to the executable's end: the
 // split path's counter slot (cuda_handlers.cc). Registered with XLA as an FFI type (id, and

@@ -125,6 +125,7 @@ NB_MODULE(_argreduce, m) {
     add("max_with_index", "cpu", MaxWithIndexCpu, nullptr);
     add("categorical", "cpu", CategoricalCpu, nullptr);
     add("top_k", "cpu", TopKCpu, nullptr);
+    add("filtered_categorical", "cpu", FilteredCategoricalCpu, nullptr);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
     add("argreduce", "cuda", ArgReduceCuda, InstantiateCuda);
     add("max_with_index", "cuda", MaxWithIndexCuda, InstantiateCuda);

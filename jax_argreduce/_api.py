@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import dtypes, lax
 
-from jax_argreduce import _dispatch, _primitives, _sharding, _xla
+from jax_argreduce import _dispatch, _params, _primitives, _sharding, _xla
 from jax_argreduce._compat import is_constant_dim
 
 # op -> (is_min, with_value)
@@ -407,9 +407,11 @@ def _temperature(temperature, batch_shape, dtype, name: str):
                      f"{tuple(batch_shape)}") from e
 
 
-def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = "auto",
-                axis_name=None):
-  """Samples one index per row from ``softmax(logits / temperature)``, in one pass.
+def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, top_p=None,
+                min_p=None, method: str = "auto", axis_name=None):
+  """Samples one index per row from ``softmax(logits / temperature)``, in one pass; with
+  ``top_k``, ``top_p`` or ``min_p``, from that distribution renormalized over the tokens the
+  filters keep (SPEC §1f).
 
   The fused Gumbel-max trick (README, "Semantics"): the result is the argmax over the row of
   ``y = logits * (1 / T) + G`` computed in float32 (float64 for float64 logits) with
@@ -438,6 +440,22 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
       (argmax). Negative or NaN temperatures raise for concrete values; under ``jit`` (traced)
       they are not checked: ``T < 0`` samples from ``softmax(logits / T)`` all the same, and a NaN
       temperature makes every ``y`` NaN, so the row returns 0.
+    top_k, top_p, min_p: None (no filter), a scalar, or an array broadcasting to the batch shape
+      (one value per row). Per row, with ``z = logits * (1 / T)`` and the tokens in ``argmax``'s
+      order of z (NaN first, larger first, the lowest index among equal z): top-k keeps the
+      first ``top_k`` (0, or ``top_k >= `` the row's length: all); top-p walks those in order
+      and keeps a token iff the mass of the kept-candidates before it is below ``top_p`` times
+      their total (the first always; ``top_p`` in (0, 1], 1: no filter); min-p keeps a token iff
+      its mass relative to the top token is at least ``min_p`` (in [0, 1]). Masses are
+      ``E = exp(z - z_max)`` correctly rounded to float32 and, for top-p, rounded down to
+      multiples of 2^-32 and summed exactly in integers: the kept set is the same on every
+      device and batch composition (a mass below 2^-32 of the top token's counts as 0). The
+      sample is the argmax of ``z + G`` over the kept tokens (the unfiltered sample where a
+      row's filters keep everything). ``T == 0`` returns the row's argmax whatever the filters.
+      Traced values are not range-checked: ``top_k < 0`` keeps all, ``top_p <= 0`` or
+      ``min_p > 1`` keep only the top token, a NaN ``top_p``/``min_p`` filters nothing.
+      On platforms without the filtered handler (CUDA, until its kernels land) the XLA path
+      sorts each row and sums the masses in float32: the same distribution, other samples.
     method: "auto" (the fused handler wherever one is built: CPU, and CUDA when compiled in)
       or "kernel" (the same); "xla": Gumbel noise from threefry2x32 materialized by XLA (the
       path of platforms without the handler): the same distribution, other samples.
@@ -455,7 +473,9 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
   Raises:
     ValueError: an empty category axis, or one longer than the index dtype can hold; a key
       of another shape (raw key data of another width); a negative or NaN concrete
-      temperature; a temperature of another shape.
+      temperature; a temperature or filter of another shape; a concrete filter out of range
+      (the message names it).
+    NotImplementedError: filters with ``axis_name`` (a vocabulary split inside shard_map).
     IndexError: ``axis`` out of range.
     TypeError: ``key`` is not a key array, complex logits, a temperature that is not real
       (bool, complex, str).
@@ -494,7 +514,41 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, method: str = 
   temperature = _checked_temperature(temperature, name)
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)
+  filters = [_params.check(p, v, name) for p, v in zip(_params.FILTERS, (top_k, top_p, min_p))]
+  if any(f is not None for f in filters):
+    if axis_name is not None:
+      raise NotImplementedError(f"{name}: top_k, top_p and min_p with axis_name (a vocabulary "
+                                "split inside shard_map) are not supported yet")
+    return _filtered_categorical(key, logits, temperature, *filters, axis=axis,
+                                 method=_dispatch.check_method(method))
   return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "method"))
+def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis: int,
+                          method: str):
+  name = "categorical"
+  logits = jnp.asarray(logits)
+  if jnp.issubdtype(logits.dtype, jnp.complexfloating):
+    raise TypeError(f"{name}: logits must be real, got {logits.dtype}")
+  if not jnp.issubdtype(logits.dtype, jnp.floating):
+    logits = logits.astype(dtypes.canonicalize_dtype(np.float64))
+  if axis != logits.ndim - 1:
+    logits = _xla.moveaxis_exact(logits, axis, -1)
+  batch_shape, cols = logits.shape[:-1], logits.shape[-1]
+  index_dtype = dtypes.canonicalize_dtype(np.int64)
+  _check_axis_length(name, cols, index_dtype, axis_word="category",
+                     empty=f"{name}: attempt to sample from an empty set of categories")
+  noise_dtype = np.dtype(np.float64) if logits.dtype == np.float64 else np.dtype(np.float32)
+  keys = _key_bits(key, batch_shape, name)
+  t = _temperature(temperature, batch_shape, noise_dtype, name)
+  operands = [_params.operand(p, v, batch_shape, name)
+              for p, v in zip(_params.FILTERS, (top_k, top_p, min_p))]
+  if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
+    logits = logits.astype(np.float32)
+  _, indices = _primitives.filtered_categorical_last_axis(
+      keys, logits, t, *operands, index_dtype=index_dtype, method=method)
+  return indices
 
 
 # One program per call, also when called eagerly: no host-to-device transfer of our own

@@ -147,6 +147,7 @@ OPS = {
     "max_with_index": ("max_with_index", _argreduce_wins),
     "min_with_index": ("max_with_index", _argreduce_wins),
     "categorical": ("categorical", _categorical_wins),
+    "filtered_categorical": ("filtered_categorical", _categorical_wins),
     "top_k": ("top_k", _top_k_wins),
 }
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jax_argreduce import _dispatch, _ffi, _sharding, _xla
+from jax_argreduce import _dispatch, _ffi, _params, _sharding, _xla
 from jax_argreduce._compat import (CompoundFactor, Primitive, SdyShardingRule, ShapedArray,
                                    Zero, ad, apply_primitive, batching, is_constant_dim,
                                    is_constant_shape, mlir, sdy_sharding_rule_to_mlir, typeof,
@@ -506,3 +506,170 @@ def top_k_last_axis(x, k: int, *, index_dtype, method: str = "auto"):
   """Binds ``top_k_p`` on ``x`` (the axis last), 1 <= k <= cols: ``[values, indices]``."""
   return top_k_p.bind(x, k=int(k), index_dtype=np.dtype(index_dtype),
                       method=_dispatch.check_method(method))
+
+
+# ---------------------------------------------------------------------------------------------
+# filtered_categorical_p: categorical with top-k, top-p and min-p per row (SPEC §1f). Operands
+# as categorical_p's, with the filters between temperature and offsets:
+#   keys, logits, temperature, top_k (int32), top_p (float32), min_p (float32), offsets;
+# each filter [*batch] (per row) or [1] * n (shared), as temperature (_params). Results as
+# categorical_p's: noisy_max (the drawn token's y) and indices.
+# Sharded logits go to the handler whole (XLA gathers the vocab, and the rows unless the keys
+# are per row): exact, not yet partitioned per shard.
+
+filtered_categorical_p = Primitive("jax_argreduce_filtered_categorical")
+filtered_categorical_p.multiple_results = True
+filtered_categorical_p.def_impl(
+    lambda *args, **params: apply_primitive(filtered_categorical_p, *args, **params))
+
+_FILTER_DTYPES = (np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float32))
+
+
+def _filtered_abstract_eval(keys, logits, temperature, top_k, top_p, min_p, offsets, **params):
+  batch = logits.shape[:-1]
+  for name, f, dtype in zip(("top_k", "top_p", "min_p"), (top_k, top_p, min_p), _FILTER_DTYPES):
+    if f.dtype != dtype or not (_params.per_row(f.shape, batch)
+                                or tuple(f.shape) == (1,) * len(batch)):
+      raise TypeError(f"filtered_categorical_p: {name} must be {dtype} of shape {batch} or "
+                      f"{(1,) * len(batch)}, got {f.str_short()}")
+  return _categorical_abstract_eval(keys, logits, temperature, offsets, **params)
+
+
+filtered_categorical_p.def_abstract_eval(_filtered_abstract_eval)
+
+
+def _kept_xla(logits, temperature, top_k, top_p, min_p):
+  """The kept set (SPEC §1f) by a sort of each row, for platforms without the handler: the
+  same prefix of the z order, with masses from XLA's exp summed in float32 (so where sums
+  round differently, the top-p boundary may differ from the handlers' exact one)."""
+  batch, cols = logits.shape[:-1], logits.shape[-1]
+  noise = temperature.dtype
+  x = logits.astype(noise)
+  t = jnp.broadcast_to(temperature, batch)[..., None]
+  z = jnp.where(jnp.isinf(x), x, x * (1 / t))
+  col = jax.lax.broadcasted_iota(np.int32, x.shape, x.ndim - 1)
+  key = _xla.ordered_key(z, False)
+  _, order = jax.lax.sort((-key, col), dimension=x.ndim - 1, num_keys=2)  # NaN, larger first
+  zs = jnp.take_along_axis(z, order, axis=-1)
+  z_max = zs[..., :1]
+  e = jnp.where(zs == z_max, 1.0, jnp.exp((zs - z_max).astype(np.float32)))
+  place = jax.lax.broadcasted_iota(np.int32, x.shape, x.ndim - 1)
+  k = jnp.broadcast_to(top_k, batch)[..., None]
+  in_k = (k <= 0) | (place < k)
+  w = jnp.where(in_k, e, 0.0)
+  before = jnp.cumsum(w, axis=-1) - w
+  p = jnp.broadcast_to(top_p, batch)[..., None]
+  in_p = ~(p < 1) | (before < p * jnp.sum(w, axis=-1, keepdims=True))
+  m = jnp.broadcast_to(min_p, batch)[..., None]
+  in_m = ~(m > 0) | (e >= m)
+  # A NaN or -inf top keeps only itself; T == 0 draws the argmax (nothing to filter).
+  top_only = jnp.isnan(z_max) | (z_max == -jnp.inf)
+  kept_sorted = (place == 0) | (in_k & in_p & in_m & ~top_only) | (t == 0)
+  rank = jnp.argsort(order, axis=-1)
+  del cols
+  return jnp.take_along_axis(kept_sorted, rank, axis=-1)
+
+
+def _filtered_xla(keys, logits, temperature, top_k, top_p, min_p, offsets, *, index_dtype):
+  kept = _kept_xla(logits, temperature, top_k, top_p, min_p)
+  masked = jnp.where(kept, logits, jnp.array(-jnp.inf, logits.dtype))
+  return _categorical_xla(keys, masked, temperature, offsets, index_dtype=index_dtype)
+
+
+def _flat_row_params(ctx, params, first: int):
+  """Row-parameter operands ctx.avals_in[first:first + len(params)] flattened to [1 | rows]
+  (the handler's layout), and the ctx with those avals replaced."""
+  avals = list(ctx.avals_in)
+  plain = [ShapedArray(a.shape, a.dtype) for a in avals[first:first + len(params)]]
+  flat = [ShapedArray((math.prod(a.shape),), a.dtype) for a in plain]
+  sub = ctx.replace(avals_in=plain, avals_out=flat)
+  params = mlir.lower_fun(lambda *ps: [p.reshape(f.shape) for p, f in zip(ps, flat)],
+                          multiple_results=True)(sub, *params)
+  avals[first:first + len(params)] = flat
+  return list(params), ctx.replace(avals_in=avals)
+
+
+def _filtered_lowering(ctx, keys, logits, temperature, top_k, top_p, min_p, offsets, *,
+                       index_dtype, method, platform):
+  k_aval, aval, t_aval = ctx.avals_in[:3]
+  if _dispatch.route("filtered_categorical", platform, aval.shape, aval.dtype, method) == "xla":
+    return mlir.lower_fun(
+        lambda *a: _filtered_xla(*a, index_dtype=index_dtype),
+        multiple_results=True)(ctx, keys, logits, temperature, top_k, top_p, min_p, offsets)
+  batch = aval.shape[:-1]
+  n = len(batch)
+  rows = _row_factors(n)
+  # As categorical's rule: rows stay split only with one key per row; the vocab is replicated.
+  if n > 0 and key_prefix(k_aval.shape, batch) == n:
+    long_rows = [r for r, d in zip(rows, batch) if not (is_constant_dim(d) and d == 1)] or rows[:1]
+    row_dim = long_rows[0] if len(long_rows) == 1 else CompoundFactor(*long_rows)
+    key_f, logit_f = (row_dim, "kw"), rows + ("cols",)
+    param_f = [(row_dim,) if _params.per_row(a.shape, batch) else (f"n{i}",)
+               for i, a in enumerate(ctx.avals_in[2:6])]
+  else:
+    key_f, logit_f = ("nk", "kw"), tuple(f"x{i}" for i in range(n)) + ("cols",)
+    param_f = [(f"n{i}",) for i in range(4)]
+  # Keys [num_keys, 2]; temperature and the filters [1 | rows].
+  k_plain = ShapedArray(k_aval.shape, k_aval.dtype)
+  flat_k = ShapedArray((math.prod(k_aval.shape[:-1]), 2), k_aval.dtype)
+  (keys,) = mlir.lower_fun(lambda k: [k.reshape(flat_k.shape)], multiple_results=True)(
+      ctx.replace(avals_in=[k_plain], avals_out=[flat_k]), keys)
+  ctx = ctx.replace(avals_in=[flat_k, *ctx.avals_in[1:]])
+  params, flat_ctx = _flat_row_params(ctx, [temperature, top_k, top_p, min_p], 2)
+  del t_aval
+  return lower_handler(flat_ctx, "filtered_categorical", platform,
+                       [keys, logits, *params, offsets],
+                       [key_f, logit_f, *param_f, ("noff",)], [rows, rows])
+
+
+register_lowerings(filtered_categorical_p, _filtered_lowering)
+
+
+def _filtered_batching(batched_args, batch_dims, **params):
+  keys, logits, *row_params, offsets = batched_args
+  kb, lb, *pb, ob = batch_dims
+  if ob is not None:
+    raise NotImplementedError("categorical: batched offsets are not supported")
+  size = next(a.shape[d] for a, d in zip(batched_args, batch_dims) if d is not None)
+  # As categorical's: the batch leads, every element its own keys (its rows' counters kept).
+  if lb is None:
+    logits = jnp.broadcast_to(logits, (size, *logits.shape))
+  elif lb != 0:
+    logits = _xla.moveaxis_exact(logits, lb, 0)
+  keys = (jnp.moveaxis(keys, kb, 0) if kb is not None
+          else jnp.broadcast_to(keys, (size, *keys.shape)))
+  batch = logits.shape[:-1]
+  out = []
+  for a, d in zip(row_params, pb):
+    if d is not None:
+      out.append(jnp.broadcast_to(jnp.moveaxis(a, d, 0), batch))
+    elif _params.per_row(a.shape, batch[1:]):
+      out.append(jnp.broadcast_to(a, batch))
+    else:
+      out.append(a.reshape((1,) * len(batch)))
+  return filtered_categorical_p.bind(keys, logits, *out, offsets, **params), [0, 0]
+
+
+batching.primitive_batchers[filtered_categorical_p] = _filtered_batching
+
+
+def _filtered_jvp(primals, tangents, **params):
+  del tangents
+  outs = filtered_categorical_p.bind(*primals, **params)
+  return outs, [Zero(typeof(o).to_tangent_aval()) for o in outs]
+
+
+ad.primitive_jvps[filtered_categorical_p] = _filtered_jvp
+
+
+def filtered_categorical_last_axis(keys, logits, temperature, top_k, top_p, min_p, *,
+                                   index_dtype, method: str = "auto"):
+  """Binds ``filtered_categorical_p``: ``[noisy_max, indices]`` over the last axis of
+  ``logits`` (operands as the block comment above says; no offsets: an unsharded call)."""
+  operands = [keys, logits, temperature, top_k, top_p, min_p, NO_OFFSETS]
+  varying = frozenset().union(*map(_varying, operands))
+  if varying:
+    operands = [jax.lax.pcast(a, tuple(sorted(varying - _varying(a), key=str)), to="varying")
+                if varying - _varying(a) else a for a in operands]
+  return filtered_categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype),
+                                     method=_dispatch.check_method(method))

@@ -361,3 +361,71 @@ def make_input(f: Fmt, rng, shape, axis):
 def random_rows(rng, rows: int, cols: int, dtype) -> np.ndarray:
   """Plain random normal rows (no special values) of ``dtype``."""
   return rng.standard_normal((rows, cols), dtype=np.float32).astype(np_dtype(dtype))
+
+
+def scaled_logits(row, temperature) -> np.ndarray:
+  """z of SPEC §1c/§1f as the handlers compute it: the logit widened exactly to float32
+  (float64 for float64 logits) times the correctly rounded 1/T; ±inf logits stay ±inf."""
+  noise = np.float64 if np.asarray(row).dtype == np.float64 else np.float32
+  x = np.asarray(row).astype(noise)
+  inv_t = noise(1) / noise(temperature)
+  with np.errstate(invalid="ignore", over="ignore"):
+    z = x * inv_t
+  return np.where(np.isinf(x), x, z)
+
+
+def sampler_order(z) -> np.ndarray:
+  """The columns of a row of z in §1 order: NaN first (lowest column first), then larger z,
+  the lowest column among equal z."""
+  z = np.asarray(z)
+  cols = np.arange(z.size)
+  nan = np.isnan(z)
+  finite_key = np.where(nan, 0, z)
+  # lexsort: last key primary. NaN first, then z descending, then column ascending.
+  return np.lexsort((cols, -finite_key.astype(np.float64), ~nan))
+
+
+def filtered_kept(row, temperature=1.0, k=None, p=None, min_p=None) -> np.ndarray:
+  """The kept set of SPEC §1f steps 1-3 as a boolean mask over the row (numpy reference).
+  Masses: E = float32(exp(d)), d = float32(z - z_max) (0 where z == z_max), top-p over
+  floor(E * 2^32) with an exact comparison against p (float32) times their sum."""
+  from fractions import Fraction
+  z = scaled_logits(row, temperature)
+  order = sampler_order(z)
+  n = z.size
+  kk = n if k is None or k <= 0 or k >= n else int(k)
+  first = order[0]
+  kept = np.zeros(n, bool)
+  if np.isnan(z[first]) or z[first] == -np.inf:
+    kept[first] = True  # a NaN wins; a row of -inf keeps its first token
+    return kept
+  z_max = z[first]
+  zk = z[order[:kk]]
+  with np.errstate(invalid="ignore", over="ignore"):
+    d = np.where(zk == z_max, 0.0, (zk.astype(np.float64) - np.float64(z_max))).astype(np.float32)
+  e = np.exp(d.astype(np.float64)).astype(np.float32)
+  count = kk
+  if p is not None and np.float32(p) < 1:
+    w = [int(math.floor(float(v) * 2.0**32)) for v in e]
+    total = sum(w)
+    threshold = Fraction(float(np.float32(p))) * total
+    before, c = 0, 0
+    while c < kk and before < threshold:
+      before += w[c]
+      c += 1
+    count = min(count, c)
+  if min_p is not None and np.float32(min_p) > 0:
+    c = int(np.argmin(e >= np.float32(min_p))) if not np.all(e >= np.float32(min_p)) else kk
+    count = min(count, c)
+  kept[order[:max(count, 1)]] = True
+  return kept
+
+
+def filtered_probs(row, temperature=1.0, **filters) -> np.ndarray:
+  """softmax(z) renormalized over the kept set (float64), for chi-square tests."""
+  kept = filtered_kept(row, temperature, **filters)
+  z = scaled_logits(row, temperature).astype(np.float64)
+  logit = np.where(kept, z, -np.inf)
+  m = np.max(logit)
+  w = np.where(kept, np.exp(logit - m), 0.0)
+  return w / w.sum()

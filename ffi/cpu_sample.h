@@ -1,0 +1,201 @@
+// The filtered sampler on the CPU (SPEC §1f): per row, the kept prefix of the z order
+// (sample_filter.h), then the Gumbel-max over the kept tokens with the unfiltered sampler's
+// noise. Header-only, no XLA types.
+//
+// With top-k, the k first tokens (cpu_select.h's selection, on z's keys) are all the later
+// steps look at. Without it, top-p needs the row's total mass and the token where the running
+// mass reaches p of it: one pass for z_max, one that sums the masses into 2^16 buckets of
+// z's radix key (high bits first), then only the crossing bucket's tokens are sorted and walked.
+// The last pass draws among the tokens at or before the kept prefix's last (key, column).
+#ifndef JAX_ARGREDUCE_FFI_CPU_SAMPLE_H_
+#define JAX_ARGREDUCE_FFI_CPU_SAMPLE_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "categorical.h"
+#include "cpu_select.h"
+#include "order.h"
+#include "sample_filter.h"
+
+namespace jax_argreduce {
+
+// Per-task scratch, reused across rows.
+struct SampleScratch {
+  std::vector<SelectItem> items;
+  std::vector<uint64_t> buckets;  // top-p's masses per radix bucket
+};
+
+template <Format F>
+struct FilteredSamplerCpu {
+  using Policy = GumbelKeyPolicy<F>;
+  using Row = typename Policy::Row;
+  using Bits = typename Policy::Bits;
+  using Noise = typename Policy::Noise;
+  static constexpr Format kNoiseFormat = Policy::kNoiseFormat;
+  static constexpr int kKeyBits = sizeof(Noise) * 8;
+  static constexpr int kBucketBits = 16;
+  using Key = typename Policy::Key;
+  using Pair = ArgPair<Key>;
+
+  // z's radix key (order.h: NaN largest, then larger z).
+  static uint64_t SortKey(Noise z) {
+    return static_cast<uint64_t>(RadixKey<kNoiseFormat>(gumbel_detail::AsBits(z)));
+  }
+  static bool IsNaN(Noise z) { return z != z; }
+
+  // The sampled column of one row and its noisy key (the key of its y; for T == 0 its logit's,
+  // as the unfiltered sampler's noisy maximum).
+  static Pair SampleRow(const Bits* x, int64_t cols, const Row& r, const RowFilters& f,
+                           SampleScratch& scratch) {
+    if (r.greedy) return Argmax(x, cols);  // T == 0: argmax, whatever the filters
+    if (!f.Any(cols)) return DrawAll(x, cols, r);
+    if (f.HasTopK(cols)) return SampleTopK(x, cols, r, f, scratch);
+    return SampleRowPrefix(x, cols, r, f, scratch);
+  }
+
+ private:
+  static Pair Argmax(const Bits* x, int64_t cols) {
+    const auto key_of = [&](int64_t c) { return Row::KeyOf(categorical_detail::Widen<F>(x[c])); };
+    Pair best{key_of(0), 0};
+    for (int64_t c = 1; c < cols; ++c) {
+      const Key key = key_of(c);
+      if (key > best.key) best = Pair{key, static_cast<int32_t>(c)};
+    }
+    return best;
+  }
+
+  // The unfiltered draw: argmax of the noisy keys, the lowest column on ties (categorical's
+  // sample, without its skipping).
+  static Pair DrawAll(const Bits* x, int64_t cols, const Row& r) {
+    Pair best{NoisyKey<F>(r, r.Scaled(x[0]), 0), 0};
+    for (int64_t c = 1; c < cols; ++c) {
+      const Key key = NoisyKey<F>(r, r.Scaled(x[c]), c);
+      if (key > best.key) best = Pair{key, static_cast<int32_t>(c)};
+    }
+    return best;
+  }
+
+  static Pair SampleTopK(const Bits* x, int64_t cols, const Row& r, const RowFilters& f,
+                            SampleScratch& scratch) {
+    auto& items = scratch.items;
+    SelectTopK(cols, f.k, [&](int64_t c) { return SortKey(r.Scaled(x[c])); }, items);
+    const Noise z_max = r.Scaled(x[items[0].col]);
+    // A NaN wins as in argmax; a top of -inf means every kept token is -inf: the first.
+    if (IsNaN(z_max) || z_max == -Noise(INFINITY)) return Draw(x, r, items[0].col);
+    int64_t kept = f.k;
+    if (f.HasTopP()) {
+      uint64_t total = 0;
+      for (int64_t i = 0; i < f.k; ++i) {
+        total += MassFixed(RelativeMass(r.Scaled(x[items[i].col]), z_max));
+      }
+      uint64_t before = 0;
+      int64_t i = 0;
+      for (; i < kept && MassBelow(before, f.p, total); ++i) {
+        before += MassFixed(RelativeMass(r.Scaled(x[items[i].col]), z_max));
+      }
+      kept = i;
+    }
+    if (f.HasMinP()) {
+      int64_t i = 0;
+      while (i < kept && RelativeMass(r.Scaled(x[items[i].col]), z_max) >= f.min_p) ++i;
+      kept = i;
+    }
+    // The candidates are in z order, not column order: ties of the noisy key go to the
+    // lowest column explicitly.
+    Pair best = Draw(x, r, items[0].col);
+    for (int64_t i = 1; i < kept; ++i) {
+      const Pair draw = Draw(x, r, items[i].col);
+      if (draw.key > best.key || (draw.key == best.key && draw.index < best.index)) best = draw;
+    }
+    return best;
+  }
+
+  static Pair Draw(const Bits* x, const Row& r, int64_t col) {
+    return Pair{NoisyKey<F>(r, r.Scaled(x[col]), col), static_cast<int32_t>(col)};
+  }
+
+  // top-p and/or min-p over the whole row.
+  static Pair SampleRowPrefix(const Bits* x, int64_t cols, const Row& r,
+                                 const RowFilters& f, SampleScratch& scratch) {
+    uint64_t top_key = SortKey(r.Scaled(x[0]));
+    int64_t top_col = 0;
+    for (int64_t c = 1; c < cols; ++c) {
+      const uint64_t key = SortKey(r.Scaled(x[c]));
+      if (key > top_key) {
+        top_key = key;
+        top_col = c;
+      }
+    }
+    const Noise z_max = r.Scaled(x[top_col]);
+    if (IsNaN(z_max) || z_max == -Noise(INFINITY)) return Draw(x, r, top_col);
+
+    // The last kept token of top-p's prefix as a (key, column) bar: kept iff at or before it.
+    SelectItem bar{0, cols};  // no top-p: the order's last place, every token kept
+    if (f.HasTopP()) bar = TopPBar(x, cols, r, f.p, z_max, scratch);
+
+    bool found = false;
+    Pair best{};
+    for (int64_t c = 0; c < cols; ++c) {
+      const Noise z = r.Scaled(x[c]);
+      const SelectItem item{SortKey(z), c};
+      if (bar > item) continue;  // after top-p's last kept token
+      if (f.HasMinP() && RelativeMass(z, z_max) < f.min_p) continue;
+      const Key key = NoisyKey<F>(r, z, c);
+      if (!found || key > best.key) best = Pair{key, static_cast<int32_t>(c)};
+      found = true;
+    }
+    // The top token is kept by any filter in range (its E is 1, the mass before it 0); with
+    // min_p > 1 or p <= 0 (traced values are not checked) nothing would be: the top token.
+    return found ? best : Draw(x, r, top_col);
+  }
+
+  // top-p over the whole row: the last token whose mass before it is below p of the total.
+  static SelectItem TopPBar(const Bits* x, int64_t cols, const Row& r, float p, Noise z_max,
+                            SampleScratch& scratch) {
+    auto& buckets = scratch.buckets;
+    buckets.assign(size_t{1} << kBucketBits, 0);
+    constexpr int kShift = kKeyBits - kBucketBits;
+    uint64_t total = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const Noise z = r.Scaled(x[c]);
+      const uint64_t w = MassFixed(RelativeMass(z, z_max));
+      total += w;
+      buckets[SortKey(z) >> kShift] += w;
+    }
+    // The bucket of the crossing: the first (from the top) whose end reaches p of the total.
+    // Tokens of mass 0 are never kept (p < 1: the mass before them is the total), so the
+    // crossing lies in a bucket of positive mass, after a prefix whose mass is below p.
+    uint64_t before = 0;
+    int64_t b = static_cast<int64_t>(buckets.size()) - 1;
+    for (; b > 0; --b) {
+      if (buckets[b] == 0) continue;  // (p <= 0, traced: the top token's bucket, not an empty one)
+      if (!MassBelow(before + buckets[b], p, total)) break;
+      before += buckets[b];
+    }
+    auto& items = scratch.items;
+    items.clear();
+    for (int64_t c = 0; c < cols; ++c) {
+      const Noise z = r.Scaled(x[c]);
+      const uint64_t key = SortKey(z);
+      if (static_cast<int64_t>(key >> kShift) == b && MassFixed(RelativeMass(z, z_max)) > 0) {
+        items.push_back(SelectItem{key, c});
+      }
+    }
+    std::sort(items.begin(), items.end(),
+              [](const SelectItem& a, const SelectItem& o) { return a > o; });
+    // The bucket's first token is kept (its mass before is `before`, below p of the total).
+    SelectItem last = items[0];
+    for (const SelectItem& item : items) {
+      if (!MassBelow(before, p, total)) break;
+      last = item;
+      before += MassFixed(RelativeMass(r.Scaled(x[item.col]), z_max));
+    }
+    return last;
+  }
+};
+
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_CPU_SAMPLE_H_

@@ -1,0 +1,68 @@
+// The filtered sampler's per-row rules (SPEC §1f), host and device, shared by the CPU handler
+// (cpu_sample.h) and the CUDA kernels, so both keep the same tokens bit for bit.
+//
+// A row's tokens are ordered by z = logit * (1/T) (the sampler's scaled logit, categorical.h;
+// order.h's order: NaN first, larger first, the lowest column among equal z). Each filter keeps
+// a prefix of that order, so the kept set is the shortest of the three prefixes:
+//   top-k:  the first k tokens (k == 0 or k >= cols: all);
+//   top-p:  a token of the top-k set is kept iff the mass of the tokens of the set strictly
+//           before it is below p times the set's mass (the first token always);
+//   min-p:  a token is kept iff its mass relative to the top token is at least min_p.
+// Masses are order-independent, so every device, launch geometry and vocab sharding finds the
+// same prefix: E = ExpF32(d), d = z - z_max rounded to float32 (0 where z == z_max, so ±inf
+// tops have E = 1), correctly rounded (exact_math.h), non-decreasing in z; top-p sums
+// MassFixed(E) = floor(E * 2^32) in 64-bit integers (at most 2^31 tokens of at most 2^32: no
+// overflow) and compares with MassBelow, exactly. The resolution is 2^-32 of the top token's
+// mass: a token whose E is below 2^-32 weighs nothing, so top-p with p < 1 never keeps it.
+// Both orders agree (E is monotone in z), which is what makes each kept set a prefix.
+#ifndef JAX_ARGREDUCE_FFI_SAMPLE_FILTER_H_
+#define JAX_ARGREDUCE_FFI_SAMPLE_FILTER_H_
+
+#include <cstdint>
+
+#include "categorical.h"
+#include "exact_math.h"
+#include "order.h"
+
+namespace jax_argreduce {
+
+// One row's filters, decoded (None becomes the value that keeps everything).
+struct RowFilters {
+  int64_t k = 0;        // top-k: 0 (or >= cols) keeps all
+  float p = 1.0f;       // top-p: >= 1 keeps all
+  float min_p = 0.0f;   // min-p: <= 0 keeps all
+
+  JAX_ARGREDUCE_HD bool HasTopK(int64_t cols) const { return k > 0 && k < cols; }
+  JAX_ARGREDUCE_HD bool HasTopP() const { return p < 1.0f; }
+  JAX_ARGREDUCE_HD bool HasMinP() const { return min_p > 0.0f; }
+  JAX_ARGREDUCE_HD bool Any(int64_t cols) const { return HasTopK(cols) || HasTopP() || HasMinP(); }
+};
+
+// E of a token with scaled logit z in a row whose top scaled logit is z_max (z <= z_max, both
+// not NaN, z_max > -inf): the float32 mass relative to the top token, in [0, 1].
+template <class Noise>
+JAX_ARGREDUCE_HD float RelativeMass(Noise z, Noise z_max) {
+  if (!(z < z_max)) return 1.0f;
+  // A subtraction is never contracted; the float64 difference rounds to nearest once.
+  return ExpF32(static_cast<float>(z - z_max));
+}
+
+// The sampler's noisy key of column `col` (this call's) of a row: the key of
+// y = fl(z + G(key, row, global column)), the value the unfiltered sampler's scan compares
+// (categorical.h, Visit), so a row without filters samples what categorical samples.
+template <Format F>
+JAX_ARGREDUCE_HD typename GumbelKeyPolicy<F>::Key NoisyKey(
+    const typename GumbelKeyPolicy<F>::Row& r, typename GumbelKeyPolicy<F>::Noise z,
+    int64_t col) {
+  using Row = typename GumbelKeyPolicy<F>::Row;
+  const uint32_t c = r.col_offset + static_cast<uint32_t>(col);
+  if constexpr (F == Format::kF64) {
+    return Row::KeyOf(gumbel_detail::Add(z, GumbelNoiseF64(r.k0, r.k1, r.counter_row, c)));
+  } else {
+    return Row::KeyOf(gumbel_detail::Add(z, GumbelNoiseF32(r.k0, r.k1, r.counter_row, c)));
+  }
+}
+
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_SAMPLE_FILTER_H_

@@ -1,0 +1,181 @@
+"""Filtered sampling (SPEC §1f): ``categorical(..., top_k=, top_p=, min_p=)``.
+
+* every sample lies in the kept set of the numpy reference (reference.filtered_kept), on
+  rows of every special fill, and enough draws reach every token of small kept sets (so the
+  handler's kept set equals the reference's, not just a subset);
+* chi-square against softmax(z) renormalized over the kept set;
+* filters that keep everything give the unfiltered sample bit for bit, row by row;
+* a row's sample does not depend on its batch (per-row keys), vmap equals a loop;
+* top-p's boundary is exact where the mass before a token equals p times the total;
+* checks name the parameter.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_argreduce
+import reference
+from test_categorical import P_MIN, chi_square_gof, report
+
+FILTERS = [
+    dict(top_k=5), dict(top_p=0.5), dict(min_p=0.1), dict(top_k=50, top_p=0.9),
+    dict(top_p=0.9, min_p=0.05), dict(top_k=700, top_p=0.3), dict(top_k=3, min_p=0.5),
+]
+
+
+def _ref(kw):
+  return dict(k=kw.get("top_k"), p=kw.get("top_p"), min_p=kw.get("min_p"))
+
+
+def _rows(seed, rows=24, cols=1000, dtype=np.float32):
+  rng = np.random.default_rng(seed)
+  x = (rng.standard_normal((rows, cols)) * 3).astype(dtype)
+  x[1] = 1.0                          # all equal: ties everywhere
+  x[2, 5] = np.nan                    # a NaN wins
+  x[3] = -np.inf                      # nothing but -inf: index 0
+  x[4, :10] = np.inf                  # +inf tops
+  x[5, ::2] = 2.5                     # ties across the row
+  x[6] = np.round(x[6])               # many ties at each value
+  x[7, 100:] = -np.inf                # a short row inside a long one
+  return x
+
+
+@pytest.mark.parametrize("method", ["auto", "xla"])
+@pytest.mark.parametrize("kw", FILTERS, ids=str)
+def test_samples_inside_the_reference_kept_set(kw, method):
+  x = _rows(0)
+  outside = []
+  for seed in range(8):
+    keys = jax.random.split(jax.random.key(seed), x.shape[0])
+    got = np.asarray(jax_argreduce.categorical(keys, x, temperature=0.8, method=method, **kw))
+    for r in range(x.shape[0]):
+      if not reference.filtered_kept(x[r], 0.8, **_ref(kw))[got[r]]:
+        outside.append((seed, r, int(got[r])))
+  assert not outside, f"{kw}: samples outside the kept set (seed, row, col): {outside[:5]}"
+
+
+@pytest.mark.parametrize("kw", [dict(top_k=4), dict(top_p=0.6), dict(min_p=0.3),
+                                dict(top_k=6, top_p=0.8, min_p=0.2)], ids=str)
+def test_small_kept_sets_are_reached_whole(kw):
+  # 2000 draws of one row: every kept token (probability >= 1/10 here) appears, none other.
+  rng = np.random.default_rng(3)
+  row = np.concatenate([np.linspace(2.0, 0.0, 8), rng.standard_normal(200) - 4]).astype(
+      np.float32)
+  x = np.tile(row, (2000, 1))
+  got = np.asarray(jax_argreduce.categorical(jax.random.key(7), x, **kw))
+  kept = reference.filtered_kept(row, 1.0, **_ref(kw))
+  assert set(np.unique(got)) == set(np.flatnonzero(kept)), kw
+
+
+@pytest.mark.parametrize("kw,temperature", [
+    (dict(top_k=10), 1.0), (dict(top_p=0.8), 0.7), (dict(min_p=0.05), 1.3),
+    (dict(top_k=40, top_p=0.9, min_p=0.01), 0.8)], ids=str)
+def test_chi_square_against_the_renormalized_distribution(kw, temperature):
+  rng = np.random.default_rng(11)
+  row = (rng.standard_normal(3000) * 2).astype(np.float32)
+  n = 20000
+  got = np.asarray(jax_argreduce.categorical(jax.random.key(5), np.tile(row, (n, 1)),
+                                             temperature=temperature, **kw))
+  probs = reference.filtered_probs(row, temperature, **_ref(kw))
+  assert probs[got].min() > 0
+  stat, df, p = chi_square_gof(got, probs)
+  report(f"filtered {kw} T={temperature}", rows=n, chi2=stat, df=df, p=p)
+  assert p >= P_MIN, f"{kw}: chi2 {stat:.1f} on {df} df, p = {p:.3g}"
+
+
+def test_filters_that_keep_everything_give_the_unfiltered_sample():
+  x = _rows(1)
+  keys = jax.random.split(jax.random.key(2), x.shape[0])
+  base = np.asarray(jax_argreduce.categorical(keys, x, temperature=0.8))
+  for kw in (dict(top_k=0), dict(top_k=x.shape[1]), dict(top_p=1.0), dict(min_p=0.0),
+             dict(top_k=10 ** 12, top_p=1.0, min_p=0.0)):
+    got = np.asarray(jax_argreduce.categorical(keys, x, temperature=0.8, **kw))
+    np.testing.assert_array_equal(got, base, err_msg=str(kw))
+
+
+def test_per_row_filters_mix_filtered_and_unfiltered_rows():
+  x = _rows(2)
+  rows = x.shape[0]
+  keys = jax.random.split(jax.random.key(3), rows)
+  top_p = np.where(np.arange(rows) % 2 == 0, 1.0, 0.3).astype(np.float32)
+  top_k = np.where(np.arange(rows) % 3 == 0, 0, 20)
+  got = np.asarray(jax_argreduce.categorical(keys, x, top_k=top_k, top_p=top_p))
+  base = np.asarray(jax_argreduce.categorical(keys, x))
+  for r in range(rows):
+    kept = reference.filtered_kept(x[r], 1.0, k=int(top_k[r]), p=float(top_p[r]))
+    assert kept[got[r]], r
+    if top_k[r] == 0 and top_p[r] == 1.0:
+      assert got[r] == base[r], r
+
+
+def test_a_rows_sample_does_not_depend_on_its_batch():
+  x = _rows(4)
+  keys = jax.random.split(jax.random.key(4), x.shape[0])
+  kw = dict(top_k=30, top_p=0.7, temperature=0.9)
+  whole = np.asarray(jax_argreduce.categorical(keys, x, **kw))
+  for r in (0, 5, 11):
+    alone = np.asarray(jax_argreduce.categorical(keys[r], x[r], **kw))
+    assert alone == whole[r]
+  looped = [int(jax_argreduce.categorical(k, v, **kw)) for k, v in zip(keys, x)]
+  mapped = jax.vmap(lambda k, v: jax_argreduce.categorical(k, v, **kw))(keys, x)
+  np.testing.assert_array_equal(np.asarray(mapped), looped)
+
+
+def test_top_p_boundary_is_exact():
+  # Four equal tokens: masses 1, 1, 1, 1 (of 4). p = 0.5: the third has 2 before it, not
+  # below 2: exactly two kept. p = 0.5 + 2^-24 (float32): the third is kept too.
+  x = np.tile(np.array([0.0, 0.0, 0.0, 0.0, -30.0], np.float32), (4000, 1))
+  got = np.asarray(jax_argreduce.categorical(jax.random.key(0), x, top_p=0.5))
+  assert set(np.unique(got)) == {0, 1}
+  got = np.asarray(jax_argreduce.categorical(jax.random.key(0), x,
+                                             top_p=np.float32(0.5) + np.float32(2 ** -24)))
+  assert set(np.unique(got)) == {0, 1, 2}
+
+
+def test_zero_temperature_and_top_1_are_argmax():
+  x = _rows(5)
+  keys = jax.random.split(jax.random.key(6), x.shape[0])
+  want = reference.argmax(x, axis=-1)
+  got = np.asarray(jax_argreduce.categorical(keys, x, temperature=0.0, top_p=0.5))
+  np.testing.assert_array_equal(got, want)
+  got = np.asarray(jax_argreduce.categorical(keys, x, top_k=1))
+  np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_other_dtypes(dtype):
+  x = _rows(6, rows=8, cols=300).astype(np.float64).astype(reference.np_dtype(dtype))
+  keys = jax.random.split(jax.random.key(8), x.shape[0])
+  with jax.enable_x64(dtype == "float64"):
+    got = np.asarray(jax_argreduce.categorical(keys, jnp.asarray(x), top_k=20, top_p=0.8))
+  for r in range(x.shape[0]):
+    assert reference.filtered_kept(x[r], 1.0, k=20, p=0.8)[got[r]], r
+
+
+@pytest.mark.parametrize("kw,error,match", [
+    (dict(top_p=0.0), ValueError, "top_p"), (dict(top_p=1.5), ValueError, "top_p"),
+    (dict(top_p=float("nan")), ValueError, "top_p"), (dict(min_p=-0.1), ValueError, "min_p"),
+    (dict(min_p=1.01), ValueError, "min_p"), (dict(top_k=-1), ValueError, "top_k"),
+    (dict(top_k=2.5), TypeError, "top_k"), (dict(top_k=True), TypeError, "top_k"),
+    (dict(top_p="a"), TypeError, "top_p"), (dict(top_p=np.ones(3) * 0.5), ValueError, "top_p"),
+], ids=str)
+def test_checks_name_the_parameter(kw, error, match):
+  with pytest.raises(error, match=match):
+    jax_argreduce.categorical(jax.random.key(0), jnp.zeros((4, 10)), **kw)
+
+
+def test_traced_filters_are_not_checked_and_keep_the_top_token():
+  x = _rows(7, rows=8, cols=50)
+  f = jax.jit(lambda p, m: jax_argreduce.categorical(jax.random.key(0), x, top_p=p, min_p=m))
+  want = reference.argmax(x, axis=-1)
+  np.testing.assert_array_equal(np.asarray(f(np.float32(0.0), np.float32(0.0))), want)
+  np.testing.assert_array_equal(np.asarray(f(np.float32(1.0), np.float32(2.0))), want)
+
+
+def test_axis_name_with_filters_is_not_supported_yet():
+  with pytest.raises(NotImplementedError, match="axis_name"):
+    jax_argreduce.categorical(jax.random.key(0), jnp.zeros((2, 8)), top_k=2, axis_name="x")
