@@ -4,9 +4,10 @@
 //
 // Device code is a small algebra over ArgPair (order.h): thread (ScanRow) -> team of lanes or
 // warp (shuffles) -> block (shared memory) -> row (split path: partials in the workspace, merged
-// by the last block). Because the combine step is a total
-// order on (key, index), every reduction order gives the same answer, so the result does not
-// depend on the launch geometry (launch_plan.h).
+// by the last block); the warp and block steps are device.cuh's generic WarpReduce and
+// BlockReduce with CombinePairs. Because the combine step is a total order on (key, index),
+// every reduction order gives the same answer, so the result does not depend on the launch
+// geometry (launch_plan.h).
 //
 // Programmatic dependent launch (sm_90+): every kernel may be launched before the kernel ahead
 // of it in the stream has finished (the producer of our input, or our own split-scan kernel),
@@ -53,39 +54,6 @@ inline constexpr int kVecBytesOf = static_cast<int>(sizeof(typename ScanVecOf<Po
 template <class Bits, class V>
 __device__ __forceinline__ Bits Element(const V& v, int j) {
   return reinterpret_cast<const Bits*>(&v)[j];
-}
-
-// Merge within aligned groups of kWidth lanes (all 32 lanes of the warp must call this).
-// Every lane of a group ends with the group's best pair.
-template <int kWidth, class Key>
-__device__ __forceinline__ ArgPair<Key> WarpReduce(ArgPair<Key> p) {
-#pragma unroll
-  for (int offset = kWidth / 2; offset > 0; offset /= 2) {
-    ArgPair<Key> other{ShuffleXor(p.key, offset, kWidth),
-                       __shfl_xor_sync(0xffffffffu, p.index, offset, kWidth)};
-    p = Combine(p, other);
-  }
-  return p;
-}
-
-// Merge over the block; the result is valid in thread 0. Ends with a barrier, so the shared
-// scratch can be reused by the next call.
-template <int kThreads, class Key>
-__device__ __forceinline__ ArgPair<Key> BlockReduce(ArgPair<Key> p) {
-  constexpr int kWarps = kThreads / kWarpSize;
-  static_assert(kWarps <= kWarpSize, "one warp merges the warps' results");
-  __shared__ ArgPair<Key> warp_best[kWarps];
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  p = WarpReduce<kWarpSize>(p);
-  if (lane == 0) warp_best[warp] = p;
-  __syncthreads();
-  if (warp == 0) {
-    p = lane < kWarps ? warp_best[lane] : ArgPair<Key>::Identity();
-    p = WarpReduce<kWarpSize>(p);
-  }
-  __syncthreads();
-  return p;
 }
 
 // The largest key among the elements of one 16-byte vector, for a policy whose key depends on
@@ -392,7 +360,7 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
         p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam,
                                        policy.ForRow(row));
       }
-      p = WarpReduce<kTeam>(p);
+      p = WarpReduce<kTeam>(p, CombinePairs{});
       if (team_lane == 0 && row < rows) epilogue(row, p, x + row * cols);
     }
   } else {
@@ -414,12 +382,12 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
         p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam,
                                        policy.ForRow(row));
       }
-      p = WarpReduce<kWarpSize>(p);
+      p = WarpReduce<kWarpSize>(p, CombinePairs{});
       if (lane == 0) warp_best[warp] = p;
       __syncthreads();
       if (team_lane < kWarpSize) {  // the team's first warp
         p = lane < kWarpsPerTeam ? warp_best[warp + lane] : Pair::Identity();
-        p = WarpReduce<kWarpsPerTeam>(p);
+        p = WarpReduce<kWarpsPerTeam>(p, CombinePairs{});
         if (lane == 0 && row < rows) epilogue(row, p, x + row * cols);
       }
       __syncthreads();  // warp_best is read before the next pass writes it
@@ -442,6 +410,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kBlockThreads ? Policy::
   // A compute-bound policy (launch bounds > 1 block per SM) holds fewer loads in flight.
   constexpr int kLoads = Policy::kMinBlocksPerSm > 1 ? kInFlight : kBlockInFlight;
   using Key = typename Policy::Key;
+  using Pair = ArgPair<Key>;
   constexpr bool kSharedBest = kSharesBlockBest<Policy>;
   __shared__ Key block_best;  // the row's best key so far over the block
   GridDependencyWait();
@@ -454,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kBlockThreads ? Policy::
     auto p = ScanRow<Policy, kLoads, false, true>(x + row * cols, cols, threadIdx.x,
                                                   kThreads, policy.ForRow(row),
                                                   kSharedBest ? &block_best : nullptr);
-    p = BlockReduce<kThreads>(p);
+    p = BlockReduce<kThreads>(p, CombinePairs{}, Pair::Identity());
     if (threadIdx.x == 0) epilogue(row, p, x + row * cols);
   }
 }
@@ -489,7 +458,7 @@ __device__ __forceinline__ void MergeRow(const typename Policy::Bits* x, int64_t
     const Pair* src = partials + row * parts + i;
     q = Combine(q, Pair{__ldcg(&src->key), __ldcg(&src->index)});
   }
-  q = WarpReduce<kWarpSize>(q);
+  q = WarpReduce<kWarpSize>(q, CombinePairs{});
   if (lane == 0) epilogue(row, q, x + row * cols);
 }
 
@@ -499,6 +468,7 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
                     Policy policy, ArgPair<typename Policy::Key>* partials, Epilogue epilogue,
                     uint32_t counter_slot) {
   using Key = typename Policy::Key;
+  using Pair = ArgPair<Key>;
   constexpr bool kSharedBest = kSharesBlockBest<Policy>;
   __shared__ Key block_best;  // the best key so far over the block (its part of the row)
   TriggerDependents();
@@ -513,7 +483,7 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
                                             part * kBlockThreads + threadIdx.x,
                                             parts * kBlockThreads, policy.ForRow(row),
                                             kSharedBest ? &block_best : nullptr);
-  p = BlockReduce<kBlockThreads>(p);
+  p = BlockReduce<kBlockThreads>(p, CombinePairs{}, Pair::Identity());
   if constexpr (!kLastBlockMerges) {
     if (threadIdx.x == 0) partials[blockIdx.x] = p;
   } else {
