@@ -115,14 +115,17 @@ struct GumbelKeyPolicy {
   // elements: 2 blocks of the high stream, 4 with the low one; float16: 8, its widening is
   // longer and 16 spilled; float64: 8), and a register cap of 128 per thread (2 resident
   // 256-thread blocks per SM; a cap of 80 spilled and measured no faster, NOTES.md try 24;
-  // 384-thread blocks in 80 registers, no faster either, try 36), which also marks the policy
-  // compute-bound for the planner.
+  // 384-thread blocks in 80 registers, no faster either, try 36); compute-bound for the
+  // planner (row_reduce.cuh, PolicyTraits); the float32 keys' skip threshold shared by the
+  // block (VisitState::block_best).
   static constexpr int kVecBytes = F == Format::kF32 ? 32 : 16;
   static constexpr int kPrepareChunk = F == Format::kF16 ? 1 : F == Format::kF64 ? 4 : 2;
   static constexpr int kMinBlocksPerSm = 2;
+  static constexpr bool kComputeBound = true;
   static constexpr Format kNoiseFormat = F == Format::kF64 ? Format::kF64 : Format::kF32;
   using Noise = std::conditional_t<F == Format::kF64, double, float>;
   using Key = typename FormatTraits<kNoiseFormat>::Key;
+  static constexpr bool kSharesBlockBest = sizeof(Key) == 4;
 
   const uint32_t* keys;       // [num_keys, 2]: key k covers rows [k, k+1) * rows_per_key
   int64_t rows_per_key;       // rows / num_keys

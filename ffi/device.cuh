@@ -1,6 +1,7 @@
 // Device utilities shared by every CUDA kernel of the package (row reduce, row select): the
-// vector loads, programmatic dependent launch, warp shuffles, atomics, and the host's launch
-// and occupancy helpers. No op logic here.
+// vector loads, programmatic dependent launch, warp shuffles and reductions generic over the
+// value and its combine (the (key, index) pair of order.h is one instance), atomics, and the
+// host's launch and occupancy helpers. No op logic here.
 //
 // Programmatic dependent launch (sm_90+): a kernel may be launched before the kernel ahead of it
 // in the stream has finished (the producer of our input, or our own previous kernel), so every
@@ -13,7 +14,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
+
+#include "launch_plan.h"
+#include "order.h"
 
 namespace jax_argreduce {
 namespace device {
@@ -68,14 +73,68 @@ __device__ __forceinline__ void TriggerDependents() {
 #endif
 }
 
-template <class Key>
-__device__ __forceinline__ Key ShuffleXor(Key v, int lane_mask, int width) {
-  if constexpr (sizeof(Key) == 8) {
-    return static_cast<Key>(
+// A value from the lane `lane_mask` away within aligned groups of `width` lanes (all 32 lanes
+// of the warp call it): an integer of 4 or 8 bytes.
+template <class T>
+__device__ __forceinline__ T ShuffleXor(T v, int lane_mask, int width) {
+  static_assert(std::is_integral_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
+  if constexpr (sizeof(T) == 8) {
+    return static_cast<T>(
         __shfl_xor_sync(0xffffffffu, static_cast<long long>(v), lane_mask, width));
   } else {
     return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
   }
+}
+
+template <class T>
+struct IsArgPair : std::false_type {};
+template <class Key>
+struct IsArgPair<ArgPair<Key>> : std::true_type {};
+
+// Reductions of a T under `op`, which must be associative and commutative (the lanes merge in
+// butterfly order, the warps' results in lane order). order.h's CombinePairs, a total order on
+// (key, index), is: its result does not depend on the launch geometry.
+//
+// Merges within aligned groups of kWidth lanes (all 32 lanes of the warp call it, kWidth a
+// power of two up to 32); every lane of a group ends with the group's result. T: an integer
+// (ShuffleXor) or an ArgPair, which crosses lanes as its two fields. The pair's shuffles are
+// written out here, not in a ShuffleXor overload returning the pair: with that extra call, the
+// callers of kWidth 1 (which shuffle nothing) compiled to different code.
+template <int kWidth, class T, class Op>
+__device__ __forceinline__ T WarpReduce(T v, Op op) {
+  static_assert(kWidth >= 1 && kWidth <= kWarpSize && (kWidth & (kWidth - 1)) == 0);
+#pragma unroll
+  for (int offset = kWidth / 2; offset > 0; offset /= 2) {
+    if constexpr (IsArgPair<T>::value) {
+      v = op(v, T{ShuffleXor(v.key, offset, kWidth), ShuffleXor(v.index, offset, kWidth)});
+    } else {
+      v = op(v, ShuffleXor(v, offset, kWidth));
+    }
+  }
+  return v;
+}
+
+// Merges over a block of kThreads (every thread calls it); the result is valid in thread 0.
+// `identity` (op(identity, x) == x) stands for the missing warps in the last step, which
+// merges over a whole warp. Ends with a barrier, so the shared scratch can be reused by the
+// next call.
+template <int kThreads, class T, class Op>
+__device__ __forceinline__ T BlockReduce(T v, Op op, T identity) {
+  constexpr int kWarps = kThreads / kWarpSize;
+  static_assert(kThreads % kWarpSize == 0 && kWarps <= kWarpSize,
+                "whole warps; one warp merges the warps' results");
+  __shared__ T warp_result[kWarps];
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  v = WarpReduce<kWarpSize>(v, op);
+  if (lane == 0) warp_result[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kWarps ? warp_result[lane] : identity;
+    v = WarpReduce<kWarpSize>(v, op);
+  }
+  __syncthreads();
+  return v;
 }
 
 __device__ __forceinline__ unsigned int AtomicIncAcqRel(unsigned int* counter, unsigned int limit) {

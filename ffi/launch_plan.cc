@@ -148,8 +148,8 @@ LaunchPlan PlanRowReduce(const DeviceCaps& caps, int64_t rows, int64_t cols, int
     const bool wide = cols > block_round;
     plan.block = options.block > 0 ? options.block : wide ? kWideBlockThreads : kBlockThreads;
   }
-  plan.row_step = static_cast<int64_t>(plan.block) *
-                  (compute_bound ? kInFlight : kBlockInFlight) * load_elements;
+  plan.row_step =
+      static_cast<int64_t>(plan.block) * BlockLoadsInFlight(compute_bound) * load_elements;
   return plan;
 }
 

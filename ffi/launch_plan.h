@@ -42,6 +42,11 @@ inline constexpr int kBlockThreads = 256;
 // (the sampler) keep kInFlight in the block kernel too (NOTES.md try 24).
 inline constexpr int kInFlight = 4;
 inline constexpr int kBlockInFlight = 8;
+// The block kernel's loads in flight per thread: the planner's row step and the kernel's
+// unroll (row_reduce.cuh, PolicyTraits) both read it here, so they cannot disagree.
+constexpr int BlockLoadsInFlight(bool compute_bound) {
+  return compute_bound ? kInFlight : kBlockInFlight;
+}
 // At least this many elements per thread before more threads are given to a row.
 inline constexpr int kMinElementsPerThread = 4;
 // Rows that could use at least this many threads leave the team path.

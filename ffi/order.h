@@ -105,6 +105,15 @@ JAX_ARGREDUCE_HD ArgPair<Key> Combine(ArgPair<Key> a, ArgPair<Key> b) {
   return Better(b.key, b.index, a.key, a.index) ? b : a;
 }
 
+// Combine as the operator of a generic reduction (device.cuh's WarpReduce and BlockReduce): a
+// total order, so it is associative and commutative and any reduction tree gives one answer.
+struct CombinePairs {
+  template <class Key>
+  JAX_ARGREDUCE_HD ArgPair<Key> operator()(ArgPair<Key> a, ArgPair<Key> b) const {
+    return Combine(a, b);
+  }
+};
+
 // The radix key of a format: an unsigned integer of the format's own width (16 bits for the
 // 16-bit formats, so a radix select over them takes half the digit passes of float32) whose
 // unsigned order is the argmax order of OrderedKey: the signed key with its sign bit flipped.

@@ -7,11 +7,14 @@
 //   static constexpr bool kBitsOnly;  // key depends on the element's bits alone
 //   Row ForRow(int64_t row) const;     // per-row state (e.g. a sampler's key and temperature)
 //   Row::operator()(Bits bits, int32_t col) -> Key   // col: position in the row
-//   static constexpr int kMinBlocksPerSm;  // CUDA launch bounds: resident 256-thread blocks
-//                                          // (> 1: a compute-bound policy, launch_plan.h)
-// optionally
-//   static constexpr int kVecBytes;        // CUDA: bytes of the vector a thread visits at once
-//                                          // (16 by default, or 32: two 16-byte loads)
+// optionally the CUDA kernels' decisions, each a static constexpr member whose default (and
+// the reason for it) is in row_reduce.cuh's PolicyTraits, which also checks what a policy
+// must satisfy:
+//   int kMinBlocksPerSm;   // launch bounds: resident 256-thread blocks per SM (a register cap)
+//   bool kComputeBound;    // the key costs more than its loads: the planner plans for it
+//   int kVecBytes;         // bytes of the vector a thread visits at once (16, or 32)
+//   int kPrepareChunk;     // vectors prepared together (not kBitsOnly; see below)
+//   bool kSharesBlockBest; // a block's threads share VisitState::block_best (not kBitsOnly)
 // and, when not kBitsOnly,
 //   Row::Visit<kN>(const Bits* elements, int32_t first_col, Key& best, int32_t& best_index)
 // which folds kN consecutive elements into a running best in column order (so a policy can
@@ -53,7 +56,6 @@ struct OrderKeyPolicy {
   static constexpr Format kFormat = F;
   static constexpr bool kBitsOnly = true;
   static constexpr bool kIsMinOrder = kIsMin;  // which NaN-propagating vector max to take
-  static constexpr int kMinBlocksPerSm = 1;    // CUDA: no register cap (launch bounds)
   using Bits = typename FormatTraits<F>::Bits;
   using Key = typename FormatTraits<F>::Key;
 

@@ -4,9 +4,10 @@
 //
 // Device code is a small algebra over ArgPair (order.h): thread (ScanRow) -> team of lanes or
 // warp (shuffles) -> block (shared memory) -> row (split path: partials in the workspace, merged
-// by the last block). Because the combine step is a total
-// order on (key, index), every reduction order gives the same answer, so the result does not
-// depend on the launch geometry (launch_plan.h).
+// by the last block); the warp and block steps are device.cuh's generic WarpReduce and
+// BlockReduce with CombinePairs. Because the combine step is a total order on (key, index),
+// every reduction order gives the same answer, so the result does not depend on the launch
+// geometry (launch_plan.h). What the kernels decide per key policy is named in PolicyTraits.
 //
 // Programmatic dependent launch (sm_90+): every kernel may be launched before the kernel ahead
 // of it in the stream has finished (the producer of our input, or our own split-scan kernel),
@@ -36,56 +37,71 @@ namespace row_reduce {
 
 using namespace device;  // loads, PDL, shuffles, atomics, launch helpers
 
-// The vector a scan visits at once: 16 bytes, or Policy::kVecBytes where the policy asks (the
-// sampler's float32 vectors hold one 8-column block of its generator).
-template <class Policy, class = void>
-struct ScanVecOf {
-  using type = Vec;
-};
+// Optional members of a key policy (reduce_hooks.h): Policy::kName where the policy has it,
+// else the default.
+namespace policy_detail {
+#define JAX_ARGREDUCE_OPTIONAL_MEMBER(Name, Type, kDefault)                                    \
+  template <class P, class = void>                                                             \
+  struct Name : std::integral_constant<Type, kDefault> {};                                     \
+  template <class P>                                                                           \
+  struct Name<P, std::void_t<decltype(P::k##Name)>> : std::integral_constant<Type, P::k##Name> {}
+JAX_ARGREDUCE_OPTIONAL_MEMBER(MinBlocksPerSm, int, 1);
+JAX_ARGREDUCE_OPTIONAL_MEMBER(ComputeBound, bool, false);
+JAX_ARGREDUCE_OPTIONAL_MEMBER(VecBytes, int, 16);
+JAX_ARGREDUCE_OPTIONAL_MEMBER(PrepareChunk, int, 1);
+JAX_ARGREDUCE_OPTIONAL_MEMBER(SharesBlockBest, bool, false);
+#undef JAX_ARGREDUCE_OPTIONAL_MEMBER
+}  // namespace policy_detail
+
+// What the kernels decide per key policy. A policy sets a decision by a static constexpr
+// member of the same name; the defaults fit an order-key policy (cheap keys, load-bound):
+//   kMinBlocksPerSm (1): resident 256-thread blocks per SM asked of the launch bounds, i.e. a
+//     register cap; 1 caps nothing, and a load-bound scan gains nothing from a cap but spills.
+//   kComputeBound (false): the key costs far more than its loads (the sampler's noise). The
+//     planner then plans for the key's work (one vector per split-path thread, no two-warp
+//     team, no wide block), so those wide kernels are not instantiated for such a policy.
+//   kVecBytes (16): the vector a thread visits at once: one 16-byte load, or 32 (two loads)
+//     where a vector should hold one block of the policy's generator (the sampler's float32).
+//   kPrepareChunk (1): vectors whose column-dependent work a policy prepares together
+//     (independent chains the GPU overlaps; each costs registers); not kBitsOnly policies.
+//   kSharesBlockBest (false): the block and split kernels keep a shared Key word for
+//     VisitState::block_best (the sampler's skip threshold, raised by every warp; NOTES.md
+//     try 44): a barrier and a word only a policy whose visit reads it should pay for.
+// and derived, not set by a policy:
+//   kBlockLoadsInFlight: 16-byte loads in flight per thread in the block kernel: kBlockInFlight
+//     for a load-bound policy (one block per long row, few threads per SM, so more loads each),
+//     kInFlight for a compute-bound one (NOTES.md try 24). From launch_plan.h's
+//     BlockLoadsInFlight, which the planner reads too, so a policy cannot set it apart.
 template <class Policy>
-struct ScanVecOf<Policy, std::void_t<decltype(Policy::kVecBytes)>> {
-  static_assert(Policy::kVecBytes == 16 || Policy::kVecBytes == 32);
-  using type = std::conditional_t<Policy::kVecBytes == 32, Vec32, Vec>;
+struct PolicyTraits {
+  using Bits = typename Policy::Bits;
+  using Key = typename Policy::Key;
+  static constexpr int kMinBlocksPerSm = policy_detail::MinBlocksPerSm<Policy>::value;
+  static constexpr bool kComputeBound = policy_detail::ComputeBound<Policy>::value;
+  static constexpr int kVecBytes = policy_detail::VecBytes<Policy>::value;
+  static constexpr int kPrepareChunk = policy_detail::PrepareChunk<Policy>::value;
+  static constexpr bool kSharesBlockBest = policy_detail::SharesBlockBest<Policy>::value;
+  static constexpr int kBlockLoadsInFlight = BlockLoadsInFlight(kComputeBound);
+  using Vector = std::conditional_t<kVecBytes == 32, Vec32, Vec>;  // what a scan visits
+
+  static_assert(std::is_same_v<Bits, typename FormatTraits<Policy::kFormat>::Bits>,
+                "a row holds elements of the policy's format");
+  static_assert(std::is_same_v<Key, int32_t> || std::is_same_v<Key, int64_t>,
+                "keys of order.h's KeyLimits (and ShuffleXor's and the planner's widths)");
+  static_assert(kMinBlocksPerSm >= 1 && kMinBlocksPerSm * kBlockThreads <= 2048,
+                "resident threads an SM can hold");
+  static_assert(kVecBytes == 16 || kVecBytes == 32, "one or two 16-byte loads per vector");
+  static_assert(!Policy::kBitsOnly || kVecBytes == 16,
+                "the bits-only shortcut (VectorKey) reads 16-byte vectors");
+  static_assert(kPrepareChunk >= 1 && (kPrepareChunk & (kPrepareChunk - 1)) == 0,
+                "a power of two: a round of loads holds whole chunks");
+  static_assert(!kSharesBlockBest || !Policy::kBitsOnly,
+                "only a policy's VisitState reads the shared best");
 };
-template <class Policy>
-inline constexpr int kVecBytesOf = static_cast<int>(sizeof(typename ScanVecOf<Policy>::type));
 
 template <class Bits, class V>
 __device__ __forceinline__ Bits Element(const V& v, int j) {
   return reinterpret_cast<const Bits*>(&v)[j];
-}
-
-// Merge within aligned groups of kWidth lanes (all 32 lanes of the warp must call this).
-// Every lane of a group ends with the group's best pair.
-template <int kWidth, class Key>
-__device__ __forceinline__ ArgPair<Key> WarpReduce(ArgPair<Key> p) {
-#pragma unroll
-  for (int offset = kWidth / 2; offset > 0; offset /= 2) {
-    ArgPair<Key> other{ShuffleXor(p.key, offset, kWidth),
-                       __shfl_xor_sync(0xffffffffu, p.index, offset, kWidth)};
-    p = Combine(p, other);
-  }
-  return p;
-}
-
-// Merge over the block; the result is valid in thread 0. Ends with a barrier, so the shared
-// scratch can be reused by the next call.
-template <int kThreads, class Key>
-__device__ __forceinline__ ArgPair<Key> BlockReduce(ArgPair<Key> p) {
-  constexpr int kWarps = kThreads / kWarpSize;
-  static_assert(kWarps <= kWarpSize, "one warp merges the warps' results");
-  __shared__ ArgPair<Key> warp_best[kWarps];
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  p = WarpReduce<kWarpSize>(p);
-  if (lane == 0) warp_best[warp] = p;
-  __syncthreads();
-  if (warp == 0) {
-    p = lane < kWarps ? warp_best[lane] : ArgPair<Key>::Identity();
-    p = WarpReduce<kWarpSize>(p);
-  }
-  __syncthreads();
-  return p;
 }
 
 // The largest key among the elements of one 16-byte vector, for a policy whose key depends on
@@ -140,7 +156,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     const typename Policy::Row& key_of, typename Policy::Key* block_best = nullptr) {
   using Bits = typename Policy::Bits;
   using Key = typename Policy::Key;
-  using V = typename ScanVecOf<Policy>::type;
+  using V = typename PolicyTraits<Policy>::Vector;
   constexpr int kVec = sizeof(V) / sizeof(Bits);
   // Vectors per round: kLoads 16-byte loads.
   constexpr int kRound = kLoads * sizeof(Vec) >= sizeof(V) ? kLoads * sizeof(Vec) / sizeof(V) : 1;
@@ -168,7 +184,6 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
 
   const V* vecs = reinterpret_cast<const V*>(row + head);
   if constexpr (Policy::kBitsOnly) {
-    static_assert(std::is_same_v<V, Vec>, "the vector shortcut reads 16-byte vectors");
     // Track only the best key per vector and the first vector that reached it; the element's
     // column is recovered once at the end from that vector (reloaded unless kKeepLastRound:
     // keeping it in registers costs registers, and occupancy is register-bound).
@@ -238,8 +253,8 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
     // the sampler's Philox chains; kChunk bounds the registers held; the split and team paths
     // skip a two-vector chunk's second vector where the thread does not hold it), then visits
     // the chunk.
-    static_assert(kRound % Policy::kPrepareChunk == 0 || kRound < Policy::kPrepareChunk);
-    constexpr int kChunk = kRound < Policy::kPrepareChunk ? kRound : Policy::kPrepareChunk;
+    constexpr int kPrepareChunk = PolicyTraits<Policy>::kPrepareChunk;
+    constexpr int kChunk = kRound < kPrepareChunk ? kRound : kPrepareChunk;
     const int32_t stride = nthreads * kVec;  // columns between one thread's vectors of a round
     // A full round loads without bounds; the last one zeroes its vectors past the row's end
     // (a chunk visit reads but never takes them).
@@ -371,7 +386,7 @@ __device__ __forceinline__ ArgPair<typename Policy::Key> ScanRow(
 // Kernels. Each takes the policy and the epilogue by value (kernel parameters).
 
 template <class Policy, class Epilogue, int kTeam>
-__global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
+__global__ void __launch_bounds__(kBlockThreads, PolicyTraits<Policy>::kMinBlocksPerSm)
     TeamKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, Policy policy,
                Epilogue epilogue) {
   using Pair = ArgPair<typename Policy::Key>;
@@ -392,7 +407,7 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
         p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam,
                                        policy.ForRow(row));
       }
-      p = WarpReduce<kTeam>(p);
+      p = WarpReduce<kTeam>(p, CombinePairs{});
       if (team_lane == 0 && row < rows) epilogue(row, p, x + row * cols);
     }
   } else {
@@ -414,12 +429,12 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
         p = ScanRow<Policy, kInFlight>(x + row * cols, cols, team_lane, kTeam,
                                        policy.ForRow(row));
       }
-      p = WarpReduce<kWarpSize>(p);
+      p = WarpReduce<kWarpSize>(p, CombinePairs{});
       if (lane == 0) warp_best[warp] = p;
       __syncthreads();
       if (team_lane < kWarpSize) {  // the team's first warp
         p = lane < kWarpsPerTeam ? warp_best[warp + lane] : Pair::Identity();
-        p = WarpReduce<kWarpsPerTeam>(p);
+        p = WarpReduce<kWarpsPerTeam>(p, CombinePairs{});
         if (lane == 0 && row < rows) epilogue(row, p, x + row * cols);
       }
       __syncthreads();  // warp_best is read before the next pass writes it
@@ -427,22 +442,18 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
   }
 }
 
-// Whether the threads of a block (all on one row) share a skip threshold in shared memory:
-// policies whose scan takes one (the sampler: VisitState::block_best, 32-bit keys; one atomic
-// max per warp per recomputed threshold; NOTES.md try 44).
-template <class Policy>
-inline constexpr bool kSharesBlockBest = !Policy::kBitsOnly && sizeof(typename Policy::Key) == 4;
-
 // One block of kThreads per row; blocks loop over rows. Blocks wider than kBlockThreads are
-// for order-key policies (launch_plan.h, kWideBlockThreads).
+// for policies that are not compute-bound (launch_plan.h, kWideBlockThreads).
 template <class Policy, class Epilogue, int kThreads = kBlockThreads>
-__global__ void __launch_bounds__(kThreads, kThreads == kBlockThreads ? Policy::kMinBlocksPerSm : 1)
+__global__ void __launch_bounds__(kThreads,
+                                  kThreads == kBlockThreads ? PolicyTraits<Policy>::kMinBlocksPerSm
+                                                            : 1)
     BlockKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, Policy policy,
                 Epilogue epilogue) {
-  // A compute-bound policy (launch bounds > 1 block per SM) holds fewer loads in flight.
-  constexpr int kLoads = Policy::kMinBlocksPerSm > 1 ? kInFlight : kBlockInFlight;
   using Key = typename Policy::Key;
-  constexpr bool kSharedBest = kSharesBlockBest<Policy>;
+  using Pair = ArgPair<Key>;
+  constexpr int kLoads = PolicyTraits<Policy>::kBlockLoadsInFlight;
+  constexpr bool kSharedBest = PolicyTraits<Policy>::kSharesBlockBest;
   __shared__ Key block_best;  // the row's best key so far over the block
   GridDependencyWait();
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -454,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, kThreads == kBlockThreads ? Policy::
     auto p = ScanRow<Policy, kLoads, false, true>(x + row * cols, cols, threadIdx.x,
                                                   kThreads, policy.ForRow(row),
                                                   kSharedBest ? &block_best : nullptr);
-    p = BlockReduce<kThreads>(p);
+    p = BlockReduce<kThreads>(p, CombinePairs{}, Pair::Identity());
     if (threadIdx.x == 0) epilogue(row, p, x + row * cols);
   }
 }
@@ -489,17 +500,18 @@ __device__ __forceinline__ void MergeRow(const typename Policy::Bits* x, int64_t
     const Pair* src = partials + row * parts + i;
     q = Combine(q, Pair{__ldcg(&src->key), __ldcg(&src->index)});
   }
-  q = WarpReduce<kWarpSize>(q);
+  q = WarpReduce<kWarpSize>(q, CombinePairs{});
   if (lane == 0) epilogue(row, q, x + row * cols);
 }
 
 template <class Policy, class Epilogue, bool kLastBlockMerges>
-__global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
+__global__ void __launch_bounds__(kBlockThreads, PolicyTraits<Policy>::kMinBlocksPerSm)
     SplitScanKernel(const typename Policy::Bits* x, int64_t rows, int32_t cols, int32_t parts,
                     Policy policy, ArgPair<typename Policy::Key>* partials, Epilogue epilogue,
                     uint32_t counter_slot) {
   using Key = typename Policy::Key;
-  constexpr bool kSharedBest = kSharesBlockBest<Policy>;
+  using Pair = ArgPair<Key>;
+  constexpr bool kSharedBest = PolicyTraits<Policy>::kSharesBlockBest;
   __shared__ Key block_best;  // the best key so far over the block (its part of the row)
   TriggerDependents();
   GridDependencyWait();
@@ -513,7 +525,7 @@ __global__ void __launch_bounds__(kBlockThreads, Policy::kMinBlocksPerSm)
                                             part * kBlockThreads + threadIdx.x,
                                             parts * kBlockThreads, policy.ForRow(row),
                                             kSharedBest ? &block_best : nullptr);
-  p = BlockReduce<kBlockThreads>(p);
+  p = BlockReduce<kBlockThreads>(p, CombinePairs{}, Pair::Identity());
   if constexpr (!kLastBlockMerges) {
     if (threadIdx.x == 0) partials[blockIdx.x] = p;
   } else {
@@ -590,9 +602,10 @@ cudaError_t PlanRowReduceOn(int device, int64_t rows, int64_t cols, const PlanOp
   DeviceCaps caps;
   const cudaError_t err = GetDeviceCaps<Policy, Epilogue>(device, &caps);
   if (err != cudaSuccess) return err;
-  *plan = PlanRowReduce(caps, rows, cols, sizeof(typename Policy::Bits),
-                        sizeof(typename Policy::Key), options, Policy::kMinBlocksPerSm > 1,
-                        graph_captured, kVecBytesOf<Policy>);
+  using Traits = PolicyTraits<Policy>;
+  *plan = PlanRowReduce(caps, rows, cols, sizeof(typename Traits::Bits),
+                        sizeof(typename Traits::Key), options, Traits::kComputeBound,
+                        graph_captured, Traits::kVecBytes);
   return cudaSuccess;
 }
 
@@ -620,10 +633,10 @@ cudaError_t LaunchPlanned(const LaunchPlan& plan, cudaStream_t stream,
         JAX_ARGREDUCE_TEAM_CASE(16)
         JAX_ARGREDUCE_TEAM_CASE(32)
 #undef JAX_ARGREDUCE_TEAM_CASE
-        // Two-warp teams: order-key policies only (the planner gives compute-bound ones at most
-        // a warp).
+        // Two-warp teams: not for compute-bound policies (the planner gives them at most a
+        // warp).
         case 64:
-          if constexpr (Policy::kMinBlocksPerSm == 1) {
+          if constexpr (!PolicyTraits<Policy>::kComputeBound) {
             err = LaunchEx(TeamKernel<Policy, Epilogue, 64>, plan.grid, plan.block, stream,
                            plan.pdl, x, rows, cols, policy, epilogue);
             break;
@@ -640,8 +653,8 @@ cudaError_t LaunchPlanned(const LaunchPlan& plan, cudaStream_t stream,
                        rows, cols, policy, epilogue);
         break;
       }
-      // Wide blocks: order-key policies only (the planner widens no compute-bound plan).
-      if constexpr (Policy::kMinBlocksPerSm == 1) {
+      // Wide blocks: not for compute-bound policies (the planner widens no such plan).
+      if constexpr (!PolicyTraits<Policy>::kComputeBound) {
         if (plan.block == kWideBlockThreads) {
           err = LaunchEx(BlockKernel<Policy, Epilogue, kWideBlockThreads>, plan.grid,
                          plan.block, stream, plan.pdl, x, rows, cols, policy, epilogue);
