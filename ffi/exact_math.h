@@ -325,15 +325,15 @@ JAX_ARGREDUCE_HD double GumbelLog1pF64(double x) {
 // device, and any later reimplementation, can all agree on.
 //
 // How the rounding is decided. A double y ~ exp(x) is computed with a relative error below 2^-51
-// (error budget below); a float32 rounding boundary (midpoint) lies between y - 16 ulp(y) and
-// y + 16 ulp(y) only rarely (about once per 2^24 inputs), and otherwise exp(x) and y round to the
-// same float (round-to-nearest is monotone: RN(y - 16 ulp) == RN(y + 16 ulp) == RN(exp x)). In the
-// rare case a double-double evaluation (relative error ~2^-88) decides: its high part is a
-// midpoint only when exp(x) is within 2^-53 of one, and then the sign of the low part says on
-// which side exp(x) lies (float32 exp comes no closer than ~2^-60 relative to a midpoint: the
-// exhaustive test checks it for every input the refinement sees). The float32 rounding of a
-// double is done on the bits with integer operations (RoundToF32), so a subnormal result never
-// depends on a flush-to-zero mode of the host or the device.
+// (error budget below). The doubles y- and y+, 16 representable doubles below and above y (bits
+// -16 and +16: at least 2^-50 y away, beyond the error), enclose exp(x); round-to-nearest is
+// monotone, so if y- and y+ round to the same float, so does exp(x). Otherwise (a float32
+// midpoint within 16 doubles of y: about one input in 2^24) a double-double evaluation (relative
+// error ~2^-88) decides: its high part rounds as exp(x) unless it is itself a midpoint, and then
+// the sign of the low part says on which side exp(x) lies (exp of a float32 comes no closer than
+// 2^-52.6 relative to a midpoint, far beyond the refinement's error; tests/cpp/exact_math_test.cc
+// measures it). A double is rounded to float32 on its bits with integer operations (RoundToF32),
+// so a subnormal result never depends on a flush-to-zero mode of the host or the device.
 //
 // Error budget of y (fast path), relative: the reduction r = x - k ln 2 (exact product and
 // difference for k L1, one rounding for k L2: 2^-55 absolute, |r| <= 0.35), Taylor degree 13

@@ -1,7 +1,9 @@
 """The C++ pieces tested without JAX: the sampler's noise (tests/cpp/gumbel_test.cc: Philox
 known answers, the own logs' accuracy, the noise range and tail, pinned bits shared with the
-CUDA check) and the CPU SIMD scan against the scalar reference on every ISA path the machine has
-(benchmarks/cpu_row_reduce_bench.cc --test). Both are built here with the system C++ compiler."""
+CUDA check), the own exp and the fixed-point masses (tests/cpp/exact_math_test.cc: ExpF32
+against a correctly rounded reference over every float32 in [-104, 0]) and the CPU SIMD scan
+against the scalar reference on every ISA path the machine has (benchmarks/cpu_row_reduce_bench.cc
+--test). All are built here with the system C++ compiler."""
 
 from __future__ import annotations
 
@@ -30,6 +32,13 @@ def _build_and_run(tmp_path, source, extra_flags, args, timeout):
 def test_gumbel_noise_host(tmp_path):
   out = _build_and_run(tmp_path, "tests/cpp/gumbel_test.cc", ["-pthread", "-lquadmath"], [], 600)
   assert "FAIL" not in out
+
+
+def test_exact_math_host(tmp_path):
+  # -march=native: std::fma as an instruction (same results, a few times faster than the call).
+  out = _build_and_run(tmp_path, "tests/cpp/exact_math_test.cc",
+                       ["-march=native", "-pthread", "-lquadmath"], [], 600)
+  assert "exact_math_test: PASS" in out and "FAIL" not in out
 
 
 def test_cpu_row_reduce_against_scalar_reference(tmp_path):

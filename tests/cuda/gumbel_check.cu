@@ -9,13 +9,17 @@
 //     patterns (float64), the cheap upper bound, and the logs (GumbelLogF32 over a stride of all
 //     positive normal floats, GumbelLog1pF32, GumbelLogF64);
 //   * the FNV digests pinned in tests/cpp/gumbel_test.cc recomputed from the DEVICE results, so
-//     the GPU is tied to the values g++/clang give on any flags.
+//     the GPU is tied to the values g++/clang give on any flags;
+//   * exact_math.h's own exp, ExpF32, over every float32 in [-104, 89] (outside: +0, +inf, NaN,
+//     checked by the host test), and the fixed-point masses MassFixed / MassBelow on random and
+//     boundary inputs; the host side of ExpF32 is correctly rounded over that range
+//     (tests/cpp/exact_math_test.cc), so the device's is too.
 //
 // Build: nvcc -std=c++17 -arch=sm_90 -O3 -Xcompiler -mfma -I ffi tests/cuda/gumbel_check.cu \
 //          -o /tmp/gumbel_check
 //        (no --use_fast_math, no -ftz=true: the header needs IEEE mode. -Xcompiler -mfma only
 //        makes the host side ~10x faster (std::fma inline instead of a libm call), same bits.)
-// Run:   /tmp/gumbel_check   (host side: ~100M reference values, some 10-30 s)
+// Run:   /tmp/gumbel_check   (host side: ~100M reference values and 2.2G exp values, ~1 min)
 // Prints one line per check and "gumbel_check: PASS (...)" or "gumbel_check: FAIL (...)";
 // exits 1 on any mismatch, 2 on a CUDA error.
 #include <cuda_runtime.h>
@@ -389,6 +393,102 @@ void CheckTransformsAndDigests() {
   CompareMap64("GumbelLog1pF64 device == host", kLog1p64, l1p64);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The own exp and the fixed-point masses (exact_math.h, included by gumbel.h).
+
+// Float32 patterns in increasing order of value: key k <-> bits (negative floats reversed).
+JAX_ARGREDUCE_HD uint32_t BitsOfKey(uint32_t key) {
+  return key >= 0x80000000u ? key & 0x7FFFFFFFu : ~key;
+}
+uint32_t KeyOfBits(uint32_t bits) {
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+
+__global__ void ExpRangeKernel(uint32_t key0, uint32_t* out, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    out[i] = __float_as_uint(ExpF32(__uint_as_float(BitsOfKey(key0 + static_cast<uint32_t>(i)))));
+  }
+}
+
+struct MassQuery {
+  uint64_t prefix, total;
+  float p;
+};
+__global__ void MassKernel(const MassQuery* q, uint64_t* fixed, uint32_t* below, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    fixed[i] = MassFixed(q[i].p);
+    below[i] = MassBelow(q[i].prefix, q[i].p, q[i].total) ? 1u : 0u;
+  }
+}
+
+void CheckExpAndMasses() {
+  // Every float in [-104, 89], in chunks of 2^26 (the device and the host, bit for bit).
+  const uint32_t key_lo = KeyOfBits(AsBits(-104.0f)), key_hi = KeyOfBits(AsBits(89.0f));
+  const size_t chunk = size_t{1} << 26;
+  uint32_t* d_out;
+  CHECK(cudaMalloc(&d_out, chunk * 4));
+  uint64_t total = 0, bad = 0;
+  for (uint64_t key0 = key_lo; key0 <= key_hi; key0 += chunk) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, key_hi + 1ull - key0));
+    ExpRangeKernel<<<1024, 256>>>(static_cast<uint32_t>(key0), d_out, n);
+    CHECK(cudaGetLastError());
+    const auto dev = ToHost(d_out, n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t x = BitsOfKey(static_cast<uint32_t>(key0 + i));
+      const uint32_t host = AsBits(ExpF32(AsFloat(x)));
+      if (dev[i] != host && bad++ < 5) {
+        std::printf("    ExpF32 mismatch at x %08x: device %08x host %08x\n", x, dev[i], host);
+      }
+    }
+    total += n;
+  }
+  cudaFree(d_out);
+  g_compared += total;
+  std::printf("%s  ExpF32 device == host (every float in [-104, 89]): %" PRIu64
+              " values, %" PRIu64 " mismatches\n", bad ? "FAIL" : "ok  ", total, bad);
+  if (bad) ++g_failures;
+
+  // Masses: p over every exponent and random mantissas (with edges), totals of every bit length,
+  // prefixes at floor(p * total) + {-1, 0, 1} (the comparison's boundary) and random.
+  std::mt19937_64 rng(2024);
+  std::vector<MassQuery> q;
+  for (int i = 0; i < (1 << 20); ++i) {
+    float p = AsFloat(static_cast<uint32_t>(rng() % (AsBits(1.0f) + 1u)));
+    if (i % 8 == 1) p = 1.0f;
+    if (i % 8 == 2) p = std::ldexp(1.0f, -static_cast<int>(rng() % 150));
+    const uint64_t tot = (rng() >> (11 + rng() % 53)) + (i % 16 == 3 ? (1ull << 53) - 4 : 0);
+    const double exact_floor = std::floor(static_cast<double>(p) * static_cast<double>(tot));
+    const uint64_t fl = static_cast<uint64_t>(exact_floor);  // near the boundary is enough here
+    const uint64_t prefix = i % 4 == 0 ? rng() % (tot + 1) : fl + (i % 4) - 2;
+    q.push_back(MassQuery{prefix < (1ull << 53) ? prefix : 0, tot, p});
+  }
+  MassQuery* d_q = ToDevice(q);
+  uint64_t* d_fixed;
+  uint32_t* d_below;
+  CHECK(cudaMalloc(&d_fixed, q.size() * 8));
+  CHECK(cudaMalloc(&d_below, q.size() * 4));
+  MassKernel<<<256, 256>>>(d_q, d_fixed, d_below, q.size());
+  CHECK(cudaGetLastError());
+  const auto dev_fixed = ToHost(d_fixed, q.size());
+  const auto dev_below = ToHost(d_below, q.size());
+  std::vector<uint64_t> host_fixed(q.size());
+  std::vector<uint32_t> host_below(q.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    host_fixed[i] = MassFixed(q[i].p);
+    host_below[i] = MassBelow(q[i].prefix, q[i].p, q[i].total) ? 1u : 0u;
+  }
+  auto describe = [&](size_t i) {
+    return Str("prefix %" PRIu64 " p %a total %" PRIu64, q[i].prefix, q[i].p, q[i].total);
+  };
+  Compare("MassFixed device == host", dev_fixed, host_fixed, describe);
+  Compare("MassBelow device == host", dev_below, host_below, describe);
+  cudaFree(d_q);
+  cudaFree(d_fixed);
+  cudaFree(d_below);
+}
+
 }  // namespace
 
 int main() {
@@ -398,6 +498,7 @@ int main() {
   CheckKat();
   CheckGrid();
   CheckTransformsAndDigests();
+  CheckExpAndMasses();
   if (g_failures == 0) {
     std::printf("gumbel_check: PASS (%" PRIu64 " values compared bit for bit)\n", g_compared);
     return 0;
