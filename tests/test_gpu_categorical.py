@@ -42,7 +42,7 @@ import reference
 from _common import (OPTION_SETS, TEAM_OPTION_SETS, needs_cuda_build,  # noqa: F401
                      plan_options, x64_for)
 from jax_argreduce import _ffi
-from test_categorical import P_MIN, check_tail_mass, chi_square_gof, report, softmax_probs
+from stats import P_MIN, check_tail_mass, chi_square_gof, report, softmax_probs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
 
