@@ -19,7 +19,7 @@ import pytest
 
 import jax_argreduce
 import reference
-from test_categorical import P_MIN, chi_square_gof, report
+from stats import P_MIN, chi_square_gof, report
 
 FILTERS = [
     dict(top_k=5), dict(top_p=0.5), dict(min_p=0.1), dict(top_k=50, top_p=0.9),
