@@ -1,7 +1,10 @@
 """Public ops: validate, normalize the axis (jnp's rules), move it last, bind the primitive.
 
 ``reduce`` is the one entry every public reduction goes through (tests and benchmarks call it
-with ``method=`` to force a path); ``_dispatch`` decides the path, ``_primitives`` binds.
+with ``method=`` to force a path); ``method`` is checked here, once (``_dispatch.check_method``);
+``_dispatch`` decides the path, ``_primitives`` binds. With ``axis_name=`` (inside a user's
+shard_map) the primitive is bound here on the local block and ``_sharding``'s pure pieces make
+the answer global (one exchange, the exact merge).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 from jax import dtypes, lax
 
 from jax_argreduce import _dispatch, _params, _primitives, _sharding, _xla
-from jax_argreduce._compat import is_constant_dim
+from jax_argreduce._compat import is_constant_dim, typeof
 
 # op -> (is_min, with_value)
 OPS = {
@@ -59,14 +62,15 @@ def reduce(x, axis=None, keepdims=False, *, op: str = "argmax", method: str = "a
   mesh axis (or tuple of axes) the reduction axis of ``x`` is split over. Returns indices, or
   (values, indices)."""
   is_min, with_value = OPS[op]
+  _dispatch.check_method(method)
   _check_arraylike(op, x)
   x = jnp.asarray(x)
   keepdims = bool(keepdims)
   index_dtype = dtypes.canonicalize_dtype(np.int64)  # int32 unless jax_enable_x64
   if axis_name is not None and axis is None and x.ndim > 1:
     raise ValueError(f"{op}: axis_name needs an axis (the one split over {axis_name!r})")
-  if (axis is None and axis_name is None and _dispatch.handles_dtype(x.dtype)
-      and _sharding.needs_two_stage_flatten(x)):
+  if (axis is None and axis_name is None and _dispatch.flattens_in_two_stages(
+      x.dtype, x.ndim, _sharding.explicit_spec(typeof(x)) is not None)):
     # x.reshape(-1) of a sharded type is refused (or would move the data): reduce the rows,
     # then the per-row pairs (_sharding.flat_reduce).
     pair_op = "min_with_index" if is_min else "max_with_index"
@@ -112,8 +116,10 @@ def _reduce_last_axis(x, axis, op, is_min, with_value, index_dtype, method, axis
   if axis != x.ndim - 1:
     x = _xla.moveaxis_exact(x, axis, -1)
   if axis_name is not None:  # x is this device's block of a split reduction axis
-    return _sharding.reduce_over_axis_name(x, axis_name, is_min=is_min, with_value=with_value,
-                                           index_dtype=index_dtype, method=method, op=op)
+    names = _sharding.axis_names(x, axis_name, op)
+    local_pairs = functools.partial(_primitives.argreduce_last_axis, is_min=is_min,
+                                    with_value=True, index_dtype=index_dtype, method=method)
+    return _sharding.split_reduce(x, names, local_pairs, is_min=is_min, with_value=with_value)
   return _primitives.argreduce_last_axis(x, is_min=is_min, with_value=with_value,
                                          index_dtype=index_dtype, method=method)
 
@@ -283,7 +289,7 @@ def top_k(a, k: int, axis: int = -1, *, method: str = "auto", axis_name=None
     indices = indices.astype(index_dtype)
     outs = [jnp.take_along_axis(x, indices, axis=-1), indices]
   elif axis_name is not None:  # x: this device's block of a split axis
-    names = _sharding._axis_names(x, axis_name, name)
+    names = _sharding.axis_names(x, axis_name, name)
     local = functools.partial(_primitives.top_k_last_axis, index_dtype=index_dtype,
                               method=method)
     outs = list(_sharding.split_top_k(x, names, k, local))
@@ -512,6 +518,7 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
     raise ValueError(f"{name}: the category axis has {cols} elements; categorical samples "
                      f"rows of at most {_dispatch.INT32_MAX} (2**31 - 1) categories")
   temperature = _checked_temperature(temperature, name)
+  _dispatch.check_method(method)
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)
   filters = [_params.check(p, v, name) for p, v in zip(_params.FILTERS, (top_k, top_p, min_p))]
@@ -572,14 +579,16 @@ def _categorical(key, logits, temperature, *, axis: int, method: str, axis_name)
   t = _temperature(temperature, batch_shape, noise_dtype, name)
   if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
     logits = logits.astype(np.float32)
-  if method == "auto" and axis_name is None and is_constant_dim(cols) and cols == 1:
+  if _dispatch.samples_constant(None if axis_name is not None else cols, method):
     # One category: index 0 for every row (whatever the logit, T or key), with no noise and
     # no read of the logits: XLA folds a one-column argmax to a constant, which keeps the
     # rows' sharding (jnp.zeros_like of explicitly sharded rows needs a mesh context).
     return lax.argmax(logits, logits.ndim - 1, index_dtype)
   if axis_name is not None:  # logits: this device's block of a split vocabulary
-    return _sharding.categorical_over_axis_name(keys, logits, t, axis_name,
-                                                index_dtype=index_dtype, method=method)
+    names = _sharding.axis_names(logits, axis_name, name)
+    local_sample = functools.partial(_primitives.categorical_last_axis, index_dtype=index_dtype,
+                                     method=method)
+    return _sharding.split_sample(keys, logits, t, names, local_sample, index_dtype=index_dtype)
   _, indices = _primitives.categorical_last_axis(
       keys, logits, t, _primitives.NO_OFFSETS, index_dtype=index_dtype, method=method)
   return indices

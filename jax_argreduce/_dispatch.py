@@ -2,13 +2,17 @@
 
 Every decision of the package lives here, from measured crossovers (benchmarks/NOTES.md):
 which dtypes the handlers take, the rows longer than INT32_MAX (the handlers index rows with
-32-bit positions), and per platform which shapes the handler wins. Tests and benchmarks read
-these names; nothing else decides a path.
+32-bit positions), per platform which shapes the handler wins and which it cannot take at all,
+where XLA (not the type) splits the input, how ``axis=None`` of a sharded input is reduced, and
+when ``categorical`` needs no sampling. Per op, one table entry (``OPS``: handler target,
+crossovers, limits, the path under an XLA split); every caller (api, the primitives' lowerings and
+partition rules, tests, benchmarks) asks the functions below; ``method`` is checked once, by the
+public op (:func:`check_method`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import jax.numpy as jnp
@@ -130,30 +134,55 @@ def _categorical_wins(platform: str, shape, dtype, k) -> bool:
 
 def _top_k_wins(platform: str, shape, dtype, k) -> bool:
   """top_k: the handler on CPU (one pass with a bar against XLA's sort of each row); on CUDA the
-  row-select kernels, which take float16, bfloat16 and float32 and k <= TOP_K_MAX_K (the rest:
-  XLA's TopK, a sort for k > 16)."""
-  if platform == "cpu":
+  row-select kernels wherever they take the call (_top_k_takes; the rest: XLA's TopK, a sort
+  for k > 16)."""
+  return platform == "cpu" or (platform == "cuda" and _top_k_takes(platform, shape, dtype, k))
+
+
+def _any_call(platform: str, shape, dtype, k) -> bool:
+  del platform, shape, dtype, k
+  return True
+
+
+def _top_k_takes(platform: str, shape, dtype, k) -> bool:
+  """The CUDA row-select kernels take float16, bfloat16 and float32, k <= TOP_K_MAX_K, and
+  static shapes only (the workspace is sized from the shape at lowering)."""
+  if platform != "cuda":
     return True
-  if platform == "cuda":
-    return np.dtype(dtype).itemsize <= 4 and k <= _ffi.TOP_K_MAX_K
-  return False
+  return (is_constant_shape(shape) and np.dtype(dtype).itemsize <= 4
+          and k <= _ffi.TOP_K_MAX_K)
 
 
-# Per op (the public op names): the FFI handler it lowers to (_ffi.target's op) and where that
-# handler beats the exact XLA path, ``wins(platform, static shape, dtype, k)``.
+class Op(NamedTuple):
+  """One op's routing: ``target``, the FFI handler it lowers to (_ffi.target's op);
+  ``wins(platform, static shape, dtype, k)``, where that handler beats the exact XLA path;
+  ``takes(platform, shape, dtype, k)``, what the handler can take at all, even when forced
+  (beyond the float dtypes and INT32_MAX columns every handler shares); ``xla_split``, the
+  path of a call whose input XLA splits after lowering (Auto mesh axes): "xla" where the op's
+  exact XLA path is one XLA partitions itself (local rows; a split axis: local candidates and
+  one exchange), "kernel" where it has none with the same results (categorical: its XLA path
+  draws other samples), and XLA then gathers the input for the handler call."""
+  target: str
+  wins: Callable
+  takes: Callable = _any_call
+  xla_split: str = "xla"
+
+
+# Per op (the public op names).
 OPS = {
-    "argmax": ("argreduce", _argreduce_wins),
-    "argmin": ("argreduce", _argreduce_wins),
-    "max_with_index": ("max_with_index", _argreduce_wins),
-    "min_with_index": ("max_with_index", _argreduce_wins),
-    "categorical": ("categorical", _categorical_wins),
-    "filtered_categorical": ("filtered_categorical", _categorical_wins),
-    "top_k": ("top_k", _top_k_wins),
+    "argmax": Op("argreduce", _argreduce_wins),
+    "argmin": Op("argreduce", _argreduce_wins),
+    "max_with_index": Op("max_with_index", _argreduce_wins),
+    "min_with_index": Op("max_with_index", _argreduce_wins),
+    "categorical": Op("categorical", _categorical_wins, xla_split="kernel"),
+    "filtered_categorical": Op("filtered_categorical", _categorical_wins, xla_split="kernel"),
+    "top_k": Op("top_k", _top_k_wins, _top_k_takes),
 }
 
 
 def check_method(method: str) -> str:
-  """``method``, checked once where a public op takes it (ValueError otherwise)."""
+  """``method``, checked once where a public op takes it (ValueError otherwise); every path
+  below takes it as checked."""
   if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   return method
@@ -163,7 +192,7 @@ def handler_wins(op: str, platform: str, shape, dtype, k: int = 0) -> bool:
   """The measured crossover: True where the handler beats the exact XLA path for a static
   ``shape`` (reduction axis last) of ``dtype``. ``op`` is the public op name (argmax, argmin,
   max_with_index, min_with_index, categorical, top_k; ``k``: top_k's)."""
-  return OPS[op][1](platform, shape, dtype, k)
+  return OPS[op].wins(platform, shape, dtype, k)
 
 
 def route(op: str, platform: str, shape, dtype, method: str = "auto", *, k: int = 0) -> str:
@@ -171,19 +200,42 @@ def route(op: str, platform: str, shape, dtype, method: str = "auto", *, k: int 
   from ``jax.random``) for one call.
 
   ``shape`` has the reduction axis last (symbolic dimensions allowed: the handler then takes
-  the call and checks the length at run time, except top_k on CUDA, whose workspace is sized
-  from the shape: the XLA path); ``method`` forces a path where one exists; ``k``: top_k's.
+  the call and checks the length at run time, except where ``takes`` needs a static shape:
+  the XLA path); ``method`` (checked by the public op) forces a path where one exists; ``k``:
+  top_k's.
   """
-  check_method(method)
-  target, wins = OPS[op]
-  if method == "xla" or _ffi.target(target, platform) is None or not handles_dtype(dtype):
+  entry = OPS[op]
+  if method == "xla" or _ffi.target(entry.target, platform) is None or not handles_dtype(dtype):
     return "xla"
   cols = shape[-1]
   if is_constant_dim(cols) and cols > INT32_MAX:
     return "xla"  # the handlers index rows with 32-bit positions
-  if op == "top_k" and platform == "cuda" and not (
-      is_constant_shape(shape) and np.dtype(dtype).itemsize <= 4 and k <= _ffi.TOP_K_MAX_K):
-    return "xla"  # what the kernels cannot take, even when forced
+  if not entry.takes(platform, shape, dtype, k):
+    return "xla"  # what the handler cannot take, even when forced
   if method == "kernel" or not is_constant_shape(shape):
     return "kernel"
-  return "kernel" if wins(platform, shape, dtype, k) else "xla"
+  return "kernel" if entry.wins(platform, shape, dtype, k) else "xla"
+
+
+def xla_partitions(op: str, method: str) -> bool:
+  """For a call whose input XLA, not the type, splits after lowering (Auto mesh axes:
+  _sharding.sharding_unknown): True where it takes the op's exact XLA path in the form XLA
+  partitions itself (the op's ``xla_split`` is "xla"), unless ``method`` forces the handler
+  (XLA then gathers the input for the call); False: the call is routed as any other
+  (:func:`route`)."""
+  return method != "kernel" and OPS[op].xla_split == "xla"
+
+
+def flattens_in_two_stages(dtype, ndim: int, explicitly_sharded: bool) -> bool:
+  """``axis=None`` (the flattened input): True where the input is reduced along its last axis
+  first (partitioned like any call) and the per-row pairs then combined (_sharding.flat_reduce),
+  because ``x.reshape(-1)`` of an explicitly sharded type of rank >= 2 is refused (or would move
+  the data); dtypes the handlers do not take go to jnp's own flattened reduction."""
+  return handles_dtype(dtype) and explicitly_sharded and ndim > 1
+
+
+def samples_constant(cols, method: str) -> bool:
+  """categorical over one category (``cols``: the whole axis' length, None where only a block
+  is seen): index 0 for every row, with no noise and no read of the logits (XLA folds a
+  one-column argmax to a constant), unless ``method`` forces a path."""
+  return method == "auto" and cols is not None and is_constant_dim(cols) and cols == 1

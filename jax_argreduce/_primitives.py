@@ -1,4 +1,12 @@
-"""The package's JAX primitives, one contiguous block each, over one lowering helper.
+"""The package's JAX primitives, one contiguous block each, over two handler helpers.
+
+A block holds a primitive's abstract eval, lowering, batching and JVP rules and its partition
+rule: where the input's type splits it over explicit mesh axes, a ``jax.shard_map`` over them
+(with _sharding's pure pieces: spec reading, global offsets, exchange, exact merge) in which each
+block runs the path _dispatch routes its shape to, called directly (:func:`call_handler`, or the
+exact XLA path), never the primitive bound again; where XLA splits it (Auto axes), the path
+_dispatch gives such calls. The handler is lowered by :func:`lower_handler` (the primitive's own
+call, with its Shardy rule) or, inside a partition rule, traced by :func:`call_handler`.
 
 ``argreduce_p``: argmax/argmin (and, with ``with_value``, max/min_with_index) of the last axis
 of a float array. Shapes: ``x: [..., cols] float{16,32,64}|bfloat16 -> (indices [...])`` or
@@ -70,6 +78,43 @@ def lower_handler(ctx, op: str, platform: str, operands, operand_factors, result
   return results
 
 
+# handler_call_p: one call of an FFI handler as a traced op, lowered by lower_handler alone (no
+# partition rule, no routing): what a partition rule's blocks call (call_handler).
+handler_call_p = Primitive("jax_argreduce_handler_call")
+handler_call_p.multiple_results = True
+handler_call_p.def_abstract_eval(lambda *operands, result_avals, **params: list(result_avals))
+
+
+def _handler_call_lowering(ctx, *operands, op, platform, operand_factors, result_factors,
+                           workspace_bytes, attrs, result_avals):
+  del result_avals
+  return lower_handler(ctx, op, platform, list(operands), operand_factors, result_factors,
+                       workspace_bytes=workspace_bytes, **dict(attrs))
+
+
+mlir.register_lowering(handler_call_p, _handler_call_lowering)
+
+
+def call_handler(op: str, platform: str, operands, avals_out, operand_factors, result_factors,
+                 workspace_bytes: int | None = None, **attrs):
+  """The FFI handler ``op`` on ``platform`` as a traced call with results of the types
+  ``avals_out`` (shapes, dtypes, sharding, varying manual axes: the primitive's abstract eval
+  gives them); the other arguments as :func:`lower_handler`'s, which lowers it: the same
+  custom call, attributes, Shardy rule and CUDA workspace as the primitive's own lowering.
+
+  For the blocks of a partition rule. It binds ``handler_call_p``, whose lowering is that custom
+  call and nothing else: not the op's primitive bound again (whose lowering would route and run
+  its partition rule once more, a rule depending on itself), so nothing partitions the block
+  further. (``jax.ffi.ffi_call`` would emit the same call without the Shardy rule, which lets
+  the row shardings of mesh axes the rule left to XLA (Auto axes beside Explicit ones)
+  propagate through the call.)"""
+  return handler_call_p.bind(
+      *operands, op=op, platform=platform,
+      operand_factors=tuple(map(tuple, operand_factors)),
+      result_factors=tuple(map(tuple, result_factors)), workspace_bytes=workspace_bytes,
+      attrs=tuple(sorted(attrs.items())), result_avals=tuple(avals_out))
+
+
 def register_lowerings(primitive, lowering) -> None:
   """Registers ``lowering(ctx, *args, platform=..., **params)`` for the CPU and CUDA platforms
   (their handlers) and for every other platform (platform "": no target, the XLA path)."""
@@ -120,11 +165,72 @@ def _argreduce_xla(x, *, is_min, with_value, index_dtype):
   return [_xla.xla_argreduce(x, is_min=is_min, index_dtype=index_dtype)]
 
 
+def _argreduce_block(x, *, is_min, with_value, index_dtype, method, platform):
+  """argreduce_p's results on ``x``, a block inside its partition rule (``[indices]`` or
+  ``[values, indices]``): the path _dispatch routes the block to on the lowering's
+  ``platform``, called directly (:func:`call_handler` or the exact XLA path)."""
+  aval = typeof(x)
+  op = _op_name(is_min, with_value)
+  # Mesh axes of type Auto that the rule left to XLA (a mesh of Explicit and Auto axes).
+  if _sharding.sharding_unknown(aval) and _dispatch.xla_partitions(op, method):
+    return _xla.xla_argreduce_partitionable(x, is_min=is_min, with_value=with_value,
+                                            index_dtype=index_dtype)
+  if _dispatch.route(op, platform, aval.shape, aval.dtype, method) == "xla":
+    return _argreduce_xla(x, is_min=is_min, with_value=with_value, index_dtype=index_dtype)
+  avals_out = _argreduce_abstract_eval(aval, is_min=is_min, with_value=with_value,
+                                       index_dtype=index_dtype, method=method)
+  rows = _row_factors(aval.ndim - 1)
+  return call_handler("max_with_index" if with_value else "argreduce", platform, [x],
+                      avals_out, [rows + ("cols",)], [rows] * len(avals_out),
+                      is_min=bool(is_min))
+
+
+def _argreduce_partitioned(ctx, x, *, is_min, with_value, index_dtype, method, platform):
+  """The partition rule (called first by the lowering): the lowered results where the input
+  must not reach the opaque handler call as it is, else None (lower as usual).
+
+  Where its type splits it over explicit mesh axes, a shard_map over them: each block reduces
+  its rows (split rows: that is the answer, no collective); a split last axis reduces each
+  block to its (value, local index) pairs, exchanged once as ``[rows, shards]`` and combined
+  (_sharding.split_reduce). A block's result comes from :func:`_argreduce_block`: the handler
+  call itself (:func:`call_handler`: handler_call_p, whose lowering is the custom call alone)
+  or the exact XLA path, never argreduce_p bound again, whose lowering would route the block
+  and run this rule once more inside it (a rule depending on itself). Where XLA decides the
+  split (Auto axes), the exact XLA path in the form XLA partitions (_dispatch.xla_partitions).
+  Symbolic shapes (jax.export): None, as before (XLA gathers a split input)."""
+  aval = ctx.avals_in[0]
+  if not is_constant_shape(aval.shape):
+    return None
+  op = _op_name(is_min, with_value)
+  dims = _sharding.explicit_spec(aval)
+  if dims is None:
+    if (_sharding.sharding_unknown(aval, ctx.module_context.axis_context)
+        and _dispatch.xla_partitions(op, method)):
+      return mlir.lower_fun(functools.partial(
+          _xla.xla_argreduce_partitionable, is_min=is_min, with_value=with_value,
+          index_dtype=index_dtype), multiple_results=True)(ctx, x)
+    return None
+  mesh = aval.sharding.mesh
+  split = dims[-1]
+  block = functools.partial(_argreduce_block, is_min=is_min, index_dtype=index_dtype,
+                            method=method, platform=platform)
+
+  def body(b):
+    if split:
+      return _sharding.split_reduce(b, split, lambda v: block(v, with_value=True),
+                                    is_min=is_min, with_value=with_value)
+    return block(b, with_value=with_value)
+
+  out_spec = _sharding.pspec(dims[:-1])
+  fn = jax.shard_map(body, mesh=mesh, in_specs=_sharding.pspec(dims),
+                     out_specs=[out_spec] * len(ctx.avals_out),
+                     axis_names=_sharding.manual_axes(mesh, dims))
+  return mlir.lower_fun(fn, multiple_results=True)(ctx, x)
+
+
 def _argreduce_lowering(ctx, x, *, is_min, with_value, index_dtype, method, platform):
-  # A sharded input never reaches the opaque call whole: shard_map over its explicit axes, or
-  # the XLA path where XLA decides the split (_sharding).
-  partitioned = _sharding.lower_partitioned(ctx, x, is_min=is_min, with_value=with_value,
-                                            index_dtype=index_dtype, method=method)
+  params = dict(is_min=is_min, with_value=with_value, index_dtype=index_dtype, method=method)
+  partitioned = _argreduce_partitioned(ctx, x, platform=platform, **params)
   if partitioned is not None:
     return partitioned
   aval = ctx.avals_in[0]
@@ -179,12 +285,9 @@ ad.primitive_jvps[argreduce_p] = _argreduce_jvp
 def argreduce_last_axis(x, *, is_min: bool, with_value: bool, index_dtype,
                         method: str = "auto"):
   """Binds ``argreduce_p`` on ``x`` (reduction axis last): ``[indices]`` or
-  ``[values, indices]``."""
-  if method not in _dispatch.METHODS:
-    raise ValueError(f"method must be one of {_dispatch.METHODS}, got {method!r}")
+  ``[values, indices]`` (``method``: checked by the public op)."""
   return argreduce_p.bind(x, is_min=bool(is_min), with_value=bool(with_value),
                           index_dtype=np.dtype(index_dtype), method=method)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,27 +412,18 @@ def _flat_sampler_operands(ctx, keys, temperature):
   return keys, temperature, ctx.replace(avals_in=[flat_k, logits_aval, flat_t, o_aval])
 
 
-def _categorical_lowering(ctx, keys, logits, temperature, offsets, *, index_dtype, method,
-                          platform):
-  # A sharded input never reaches the opaque call whole: shard_map over its explicit axes,
-  # global row and column offsets per block (_sharding).
-  partitioned = _sharding.lower_categorical_partitioned(
-      ctx, keys, logits, temperature, offsets, index_dtype=index_dtype, method=method)
-  if partitioned is not None:
-    return partitioned
-  k_aval, aval, t_aval, _ = ctx.avals_in
-  if _dispatch.route("categorical", platform, aval.shape, aval.dtype, method) == "xla":
-    return mlir.lower_fun(
-        lambda *a: _categorical_xla(*a, index_dtype=index_dtype),
-        multiple_results=True)(ctx, keys, logits, temperature, offsets)
+def _sampler_factors(k_aval, aval, t_aval):
+  """The handler call's Shardy factors (lower_handler's operand and result factors) for keys,
+  logits and temperature of these avals (before the flattening of keys and temperature).
+
+  The rule matters only where XLA, not the type, splits the call (Auto axes): a call on a block
+  of rows is the same call only with one key per row (its counter is 0 + offsets[0], whatever
+  the block), keys and per-row temperatures split with the rows; with shared keys a row's
+  counter is its position, so the rows are replicated (gathered). The vocab is always
+  replicated (the column offsets are the call's). Keys and temperature are tiny."""
   batch = aval.shape[:-1]
   n = len(batch)
   rows = _row_factors(n)
-  # Shardy rule (only where XLA, not the type, splits the call: Auto axes): a call on a block of
-  # rows is the same call only with one key per row (its counter is 0 + offsets[0], whatever the
-  # block), keys and per-row temperatures split with the rows; with shared keys a row's counter
-  # is its position, so the rows are replicated (gathered). The vocab is always replicated (the
-  # column offsets are the call's). Keys and temperature are tiny.
   if n > 0 and key_prefix(k_aval.shape, batch) == n:
     # The flat key dimension is the rows' product: a compound of the rows longer than 1 (Shardy
     # refuses a size-1 factor in a compound; a size-1 row stays the logits' own factor).
@@ -339,9 +433,94 @@ def _categorical_lowering(ctx, keys, logits, temperature, offsets, *, index_dtyp
     t_f = (row_dim,) if temperature_per_row(t_aval.shape, batch) else ("nt",)
   else:
     key_f, logit_f, t_f = ("nk", "kw"), tuple(f"x{i}" for i in range(n)) + ("cols",), ("nt",)
+  return [key_f, logit_f, t_f, ("noff",)], [rows, rows]
+
+
+def _categorical_block(keys, logits, temperature, offsets, *, index_dtype, method, platform):
+  """categorical_p's results ``[noisy_max, indices]`` on a block inside its partition rule
+  (operands as the block comment above says; ``offsets``: the block's global counters): the
+  path _dispatch routes the block to on the lowering's ``platform``, called directly
+  (:func:`call_handler` on the handler's layout, or the exact XLA path)."""
+  keys, logits, temperature, offsets = _vary_together([keys, logits, temperature, offsets])
+  aval = typeof(logits)
+  # Under Auto axes too (a mesh of Explicit and Auto axes): the op has no XLA path that XLA
+  # partitions (_dispatch.xla_partitions), so it is routed as any call.
+  if _dispatch.route("categorical", platform, aval.shape, aval.dtype, method) == "xla":
+    return _categorical_xla(keys, logits, temperature, offsets, index_dtype=index_dtype)
+  k_aval, t_aval = typeof(keys), typeof(temperature)
+  avals_out = _categorical_abstract_eval(k_aval, aval, t_aval, typeof(offsets),
+                                         index_dtype=index_dtype, method=method)
+  # The handler's layout (row-major reshapes), as _flat_sampler_operands.
+  flat_keys = keys.reshape(math.prod(keys.shape[:-1]), 2)
+  flat_t = temperature.reshape(math.prod(temperature.shape))
+  return call_handler("categorical", platform, [flat_keys, logits, flat_t, offsets], avals_out,
+                      *_sampler_factors(k_aval, aval, t_aval))
+
+
+def _categorical_partitioned(ctx, keys, logits, temperature, offsets, *, index_dtype, method,
+                             platform):
+  """The partition rule (called first by the lowering): where the logits' type splits them
+  over explicit mesh axes, a shard_map over those axes in which each block samples with its
+  global counters, so the sample is the unsharded one (_sharding.sample_plan says how the
+  blocks find them), and a split vocabulary exchanges its ``[rows, shards]`` (noisy maximum,
+  local index) pairs once (_sharding.sample_block). Keys and per-row temperatures are split
+  with the rows (tiny; resharded to the rows' split if they come otherwise). A block's result
+  comes from :func:`_categorical_block`: the handler call itself (:func:`call_handler`) or the
+  exact XLA path, never categorical_p bound again (whose lowering would run this rule inside
+  the block). Where XLA decides the split (Auto axes), _dispatch keeps the
+  handler call (xla_partitions: the XLA path draws other samples), and XLA gathers the logits
+  for it (exact). Else None: lower as usual."""
+  k_aval, aval, t_aval, o_aval = ctx.avals_in
+  if not all(is_constant_shape(a.shape) for a in ctx.avals_in):
+    return None
+  dims = _sharding.explicit_spec(aval)
+  if dims is None:
+    if (_sharding.sharding_unknown(aval, ctx.module_context.axis_context)
+        and _dispatch.xla_partitions("categorical", method)):
+      return mlir.lower_fun(lambda *a: _categorical_xla(*a, index_dtype=index_dtype),
+                            multiple_results=True)(ctx, keys, logits, temperature, offsets)
+    return None
+  mesh = aval.sharding.mesh
+  j = key_prefix(k_aval.shape, aval.shape[:-1])
+  if j is None:  # pragma: no cover - the abstract eval rejects it
+    return None
+  plan = _sharding.sample_plan(mesh, dims, aval.shape, j,
+                               temperature_per_row(t_aval.shape, aval.shape[:-1]), index_dtype)
+  block = functools.partial(_categorical_block, index_dtype=index_dtype, method=method,
+                            platform=platform)
+
+  def body(kb, lb, tb, ob):
+    return _sharding.sample_block(plan, kb, lb, tb, ob, block)
+
+  fn = jax.shard_map(body, mesh=mesh,
+                     in_specs=(plan.key_spec, _sharding.pspec(dims), plan.t_spec, P()),
+                     out_specs=[plan.out_spec, plan.out_spec],
+                     axis_names=_sharding.manual_axes(mesh, dims))
+
+  def partitioned(k, x, t, o):
+    return fn(_sharding.reshard(k, k_aval, mesh, plan.key_spec), x,
+              _sharding.reshard(t, t_aval, mesh, plan.t_spec),
+              _sharding.reshard(o, o_aval, mesh, P()))
+
+  return mlir.lower_fun(partitioned, multiple_results=True)(ctx, keys, logits, temperature,
+                                                            offsets)
+
+
+def _categorical_lowering(ctx, keys, logits, temperature, offsets, *, index_dtype, method,
+                          platform):
+  partitioned = _categorical_partitioned(ctx, keys, logits, temperature, offsets,
+                                         index_dtype=index_dtype, method=method,
+                                         platform=platform)
+  if partitioned is not None:
+    return partitioned
+  k_aval, aval, t_aval, _ = ctx.avals_in
+  if _dispatch.route("categorical", platform, aval.shape, aval.dtype, method) == "xla":
+    return mlir.lower_fun(
+        lambda *a: _categorical_xla(*a, index_dtype=index_dtype),
+        multiple_results=True)(ctx, keys, logits, temperature, offsets)
   keys, temperature, flat_ctx = _flat_sampler_operands(ctx, keys, temperature)
   return lower_handler(flat_ctx, "categorical", platform, [keys, logits, temperature, offsets],
-                       [key_f, logit_f, t_f, ("noff",)], [rows, rows])
+                       *_sampler_factors(k_aval, aval, t_aval))
 
 
 register_lowerings(categorical_p, _categorical_lowering)
@@ -392,19 +571,21 @@ def _varying(x) -> frozenset:
   return frozenset(getattr(mat, "varying", None) or ())
 
 
-def categorical_last_axis(keys, logits, temperature, offsets, *, index_dtype,
-                          method: str = "auto"):
-  """Binds ``categorical_p``: ``[noisy_max, indices]`` over the last axis of ``logits``
-  (operands as the block comment above says)."""
-  if method not in _dispatch.METHODS:
-    raise ValueError(f"method must be one of {_dispatch.METHODS}, got {method!r}")
-  operands = [keys, logits, temperature, offsets]
-  # Inside shard_map (check_vma): every operand varies along the union of their manual axes,
-  # so the results' type does too (a key that varies makes the sample vary).
+def _vary_together(operands) -> list:
+  """Inside shard_map (check_vma): every operand made to vary along the union of their manual
+  axes, so the results' type does too (a key that varies makes the sample vary)."""
   varying = frozenset().union(*map(_varying, operands))
   if varying:
     operands = [jax.lax.pcast(a, tuple(sorted(varying - _varying(a), key=str)), to="varying")
                 if varying - _varying(a) else a for a in operands]
+  return list(operands)
+
+
+def categorical_last_axis(keys, logits, temperature, offsets, *, index_dtype,
+                          method: str = "auto"):
+  """Binds ``categorical_p``: ``[noisy_max, indices]`` over the last axis of ``logits``
+  (operands as the block comment above says; ``method``: checked by the public op)."""
+  operands = _vary_together([keys, logits, temperature, offsets])
   return categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype), method=method)
 
 
@@ -431,34 +612,62 @@ def _top_k_abstract_eval(x, *, k, index_dtype, method):
 top_k_p.def_abstract_eval(_top_k_abstract_eval)
 
 
-def _top_k_partitioned(ctx, x, *, k, index_dtype, method):
-  """A sharded input never reaches the opaque call whole: where its type splits it over
+def _top_k_block(x, k, *, index_dtype, method, platform):
+  """top_k_p's results ``[values, indices]`` on ``x``, a block inside its partition rule: the
+  path _dispatch routes the block to on the lowering's ``platform``, called directly
+  (:func:`call_handler` or the exact XLA path)."""
+  aval = typeof(x)
+  # Mesh axes of type Auto that the rule left to XLA (a mesh of Explicit and Auto axes).
+  if ((_sharding.sharding_unknown(aval) and _dispatch.xla_partitions("top_k", method))
+      or _dispatch.route("top_k", platform, aval.shape, aval.dtype, method, k=k) == "xla"):
+    return list(_xla.xla_top_k(x, k, index_dtype=index_dtype))
+  avals_out = _top_k_abstract_eval(aval, k=k, index_dtype=index_dtype, method=method)
+  rows = _row_factors(aval.ndim - 1)
+  return call_handler("top_k", platform, [x], avals_out, [rows + ("cols",)],
+                      [rows + ("k",), rows + ("k",)],
+                      workspace_bytes=_top_k_workspace(platform, aval, k), k=np.int64(k))
+
+
+def _top_k_workspace(platform, aval, k) -> int | None:
+  """The CUDA handler's workspace for ``aval`` (static: _dispatch routes only static shapes to
+  it on CUDA); None elsewhere."""
+  if platform != "cuda":
+    return None
+  return _ffi.cuda_workspace_bytes("top_k", math.prod(aval.shape[:-1]), aval.shape[-1], k,
+                                   aval.dtype.itemsize)
+
+
+def _top_k_partitioned(ctx, x, *, k, index_dtype, method, platform):
+  """The partition rule (called first by the lowering): where the input's type splits it over
   explicit mesh axes, a shard_map over them in which each block takes its own top k (rows
   split: that is the answer; a split last axis: k candidates per shard with global indices,
-  one exchange of [rows, shards, k], the exact merge, _sharding.split_top_k); where XLA
-  decides the split (Auto axes), the exact XLA path, which XLA partitions. Else None."""
+  one exchange of [rows, shards, k], the exact merge, _sharding.split_top_k). A block's result
+  comes from :func:`_top_k_block`: the handler call itself (:func:`call_handler`) or the exact
+  XLA path, never top_k_p bound again (whose lowering would run this rule inside the block).
+  Where XLA decides the split (Auto axes), the exact XLA path, which XLA
+  partitions (_dispatch.xla_partitions). Else None: lower as usual."""
   aval = ctx.avals_in[0]
   if not is_constant_shape(aval.shape):
     return None
   dims = _sharding.explicit_spec(aval)
   if dims is None:
-    if method != "kernel" and _sharding.sharding_unknown(ctx, aval):
+    if (_sharding.sharding_unknown(aval, ctx.module_context.axis_context)
+        and _dispatch.xla_partitions("top_k", method)):
       return mlir.lower_fun(
           lambda v: list(_xla.xla_top_k(v, k, index_dtype=index_dtype)),
           multiple_results=True)(ctx, x)
     return None
   mesh = aval.sharding.mesh
-  row_dims, split = dims[:-1], dims[-1]
+  split = dims[-1]
+  block = functools.partial(_top_k_block, index_dtype=index_dtype, method=method,
+                            platform=platform)
 
-  def local(block, kk):  # the block's top kk (manual avals: no partitioning again)
-    return top_k_last_axis(block, kk, index_dtype=index_dtype, method=method)
-
-  def body(block):
+  def body(b):
     if split:
-      return list(_sharding.split_top_k(block, split, k, local))
-    return local(block, k)
+      return list(_sharding.split_top_k(b, split, k, block))
+    return block(b, k)
 
-  out_spec = _sharding.pspec(row_dims + ((),))
+  out_spec = _sharding.pspec(dims[:-1] + ((),))
   fn = jax.shard_map(body, mesh=mesh, in_specs=_sharding.pspec(dims),
                      out_specs=[out_spec, out_spec],
                      axis_names=_sharding.manual_axes(mesh, dims))
@@ -466,7 +675,8 @@ def _top_k_partitioned(ctx, x, *, k, index_dtype, method):
 
 
 def _top_k_lowering(ctx, x, *, k, index_dtype, method, platform):
-  partitioned = _top_k_partitioned(ctx, x, k=k, index_dtype=index_dtype, method=method)
+  partitioned = _top_k_partitioned(ctx, x, k=k, index_dtype=index_dtype, method=method,
+                                   platform=platform)
   if partitioned is not None:
     return partitioned
   aval = ctx.avals_in[0]
@@ -474,13 +684,9 @@ def _top_k_lowering(ctx, x, *, k, index_dtype, method, platform):
     return mlir.lower_fun(lambda v: list(_xla.xla_top_k(v, k, index_dtype=index_dtype)),
                           multiple_results=True)(ctx, x)
   rows = _row_factors(aval.ndim - 1)
-  workspace = None
-  if platform == "cuda":  # route: static shapes only on CUDA
-    workspace = _ffi.cuda_workspace_bytes("top_k", math.prod(aval.shape[:-1]), aval.shape[-1],
-                                          k, aval.dtype.itemsize)
   return lower_handler(ctx, "top_k", platform, [x], [rows + ("cols",)],
-                       [rows + ("k",), rows + ("k",)], workspace_bytes=workspace,
-                       k=np.int64(k))
+                       [rows + ("k",), rows + ("k",)],
+                       workspace_bytes=_top_k_workspace(platform, aval, k), k=np.int64(k))
 
 
 register_lowerings(top_k_p, _top_k_lowering)
@@ -503,9 +709,10 @@ ad.primitive_jvps[top_k_p] = _top_k_jvp
 
 
 def top_k_last_axis(x, k: int, *, index_dtype, method: str = "auto"):
-  """Binds ``top_k_p`` on ``x`` (the axis last), 1 <= k <= cols: ``[values, indices]``."""
-  return top_k_p.bind(x, k=int(k), index_dtype=np.dtype(index_dtype),
-                      method=_dispatch.check_method(method))
+  """Binds ``top_k_p`` on ``x`` (the axis last), 1 <= k <= cols: ``[values, indices]``
+  (``method``: checked by the public op)."""
+  return top_k_p.bind(x, k=int(k), index_dtype=np.dtype(index_dtype), method=method)
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -666,10 +873,6 @@ def filtered_categorical_last_axis(keys, logits, temperature, top_k, top_p, min_
                                    index_dtype, method: str = "auto"):
   """Binds ``filtered_categorical_p``: ``[noisy_max, indices]`` over the last axis of
   ``logits`` (operands as the block comment above says; no offsets: an unsharded call)."""
-  operands = [keys, logits, temperature, top_k, top_p, min_p, NO_OFFSETS]
-  varying = frozenset().union(*map(_varying, operands))
-  if varying:
-    operands = [jax.lax.pcast(a, tuple(sorted(varying - _varying(a), key=str)), to="varying")
-                if varying - _varying(a) else a for a in operands]
+  operands = _vary_together([keys, logits, temperature, top_k, top_p, min_p, NO_OFFSETS])
   return filtered_categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype),
-                                     method=_dispatch.check_method(method))
+                                     method=method)

@@ -1,48 +1,40 @@
-"""Partitioning of the handler calls over sharded inputs (SPEC §1d).
+"""Pure pieces for partitioning the handler calls over sharded inputs (SPEC §1d).
 
 An FFI call is opaque to XLA: left alone, XLA gathers a sharded input onto every device before
-the call. This module decides, for one call, how it is split instead, from what the types say:
+the call. Each primitive's partition rule (its block in _primitives) splits the call instead,
+from what the types say, with the pieces here; this module binds no primitive and imports none
+(where a piece needs the op on one block, the caller passes it as a callable):
 
-* The input's type names mesh axes (explicit sharding: ``jax.make_mesh``'s default axis type
-  since jax 0.9). The primitive's lowering calls :func:`lower_partitioned`, which lowers a
-  ``jax.shard_map`` over those axes: each device runs the handler on its own block. Row axes
-  need nothing more (no collective). A split reduction axis gives each device its pair (value,
-  local index); the ``[rows, shards]`` pairs are exchanged once (all-gathers of the value bits
-  and of the indices, which XLA's GPU combiner merges into ONE collective: no pack or unpack
-  kernel around it) and combined in one kernel (:func:`combine_pairs`, one variadic reduction
-  in the SPEC §1 order; global index = shard position * shard width + local index). This is
-  the path JAX documents for FFI calls (jax >= 0.11 docs, "FFI / Sharding": a ``shard_map``
-  keyed on the sharding in the type); it serializes with ``jax.export`` and keeps the
-  persistent compilation cache.
-* Inside a user's ``shard_map``, ``axis_name=`` says the reduction axis is split over that
-  mesh axis: :func:`reduce_over_axis_name` (local handler + the same exchange and combine).
-* Mesh axes of type Auto (the sharding is only decided by the XLA partitioner, after lowering)
-  on more than one device: the call lowers to the exact XLA path (a native variadic reduction
-  that XLA partitions itself: local rows, or local pairs + an all-gather of ``[rows, shards]``
-  pairs), never the opaque call that XLA would gather for. ``custom_partitioning`` would keep
-  the handler here, but a program that contains it cannot be exported (``jax.export`` refuses
-  its keep-alive callbacks on jax 0.10 - 0.12), misses the persistent compilation cache, and
-  needs the primitive in ``prim_requires_devices_during_lowering`` (which breaks lowering
-  under an AbstractMesh).
+* Spec reading: :func:`explicit_spec` (the mesh axes the type splits each dimension over),
+  :func:`sharding_unknown` (XLA, not the type, will split it: Auto axes), :func:`pspec`,
+  :func:`manual_axes`, :func:`axis_names` (``axis_name=`` inside a user's ``shard_map``).
+* Per-shard candidates with global indices, one exchange, the exact merge: a block of a split
+  reduction axis reduces to its pair (value, local index) or its ``min(k, width)`` first
+  candidates; the ``[rows, shards, k]`` candidates (k = 1: ``[rows, shards]`` pairs) are
+  exchanged once (all-gathers of the value bits and of the indices, which XLA's GPU combiner
+  merges into ONE collective: no pack or unpack kernel around it), made global (shard position
+  * shard width + local index) and merged in the SPEC §1 order: :func:`exchange` /
+  :func:`combine_pairs` (k = 1, one variadic reduction), :func:`split_reduce`,
+  :func:`split_top_k` / :func:`merge_top_k`.
+* ``categorical``: its noise is keyed by (key, row counter, global column), so each block
+  passes its global offsets to the handler (first row counter among its key's rows, first
+  global column: :func:`sample_plan`, :func:`sample_block`, :func:`split_sample`), and its
+  "value" is the row's noisy maximum, exchanged and combined as argmax's pairs.
 
-``categorical`` (the fused sampler) is partitioned the same way, by
-:func:`lower_categorical_partitioned` and :func:`categorical_over_axis_name`: its noise is keyed
-by (key, row counter, global column), so each block passes its global offsets to the handler
-(``offsets`` operand: first global row among its key's rows, first global column), and its
-"value" is the row's noisy maximum: a split vocabulary exchanges ``[rows, shards]`` (noisy
-maximum, local index) pairs once and combines them with the argmax order (global index =
-shard position * shard width + local index, formed after the exchange). Keys and per-row
-temperatures are split with the rows (they are tiny; resharded to the rows' split if they come
-otherwise). Samples are the unsharded ones, index for index. Under Auto axes there is no exact
-XLA path with the same noise, so the handler call stays and XLA gathers the logits for it (the
-partitioner cannot split a custom call; its Shardy rule only propagates) — use explicit
-sharding or ``axis_name=``.
-
-``top_k`` (the primitive's own partition rule in _primitives) uses the pure pieces here: split
-rows take their top k where they are; a split axis gives each block its ``min(k, width)``
-first (values, local indices), exchanged once as ``[rows, shards, k]`` candidates (values as
-bits) and merged exactly by :func:`merge_top_k` (:func:`split_top_k`); Auto axes take the exact
-XLA path, which XLA partitions.
+The rules lower a ``jax.shard_map`` over the explicit axes in which each block runs the op
+without partitioning it again. This is the path JAX documents for FFI calls (jax >= 0.11 docs,
+"FFI / Sharding": a ``shard_map`` keyed on the sharding in the type); it serializes with
+``jax.export`` and keeps the persistent compilation cache. Under Auto mesh axes (the sharding
+is only decided by the XLA partitioner, after lowering) on more than one device, _dispatch
+routes argreduce and top_k to their exact XLA path (a native reduction or TopK that XLA
+partitions itself: local rows, or local candidates + an all-gather of them), never the opaque
+call that XLA would gather for; ``categorical`` has no exact XLA path with the same noise, so
+the handler call stays and XLA gathers the logits for it (the partitioner cannot split a custom
+call; its Shardy rule only propagates) — use explicit sharding or ``axis_name=``.
+``custom_partitioning`` would keep the handler under Auto axes, but a program that contains it
+cannot be exported (``jax.export`` refuses its keep-alive callbacks on jax 0.10 - 0.12), misses
+the persistent compilation cache, and needs the primitive in
+``prim_requires_devices_during_lowering`` (which breaks lowering under an AbstractMesh).
 
 Shard positions: a reduction axis split over mesh axes ``(a, b)`` puts block
 ``axis_index((a, b))`` (``a`` major) on each device, and ``all_gather`` over ``(a, b)`` stacks
@@ -56,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -64,36 +57,7 @@ from jax import lax
 from jax.sharding import AxisType, PartitionSpec as P
 
 from jax_argreduce import _xla
-from jax_argreduce._compat import is_constant_shape, mlir, typeof, use_shardy
-
-
-# ---------------------------------------------------------------------------------------------
-# The local reductions (swap points: the only places this module binds the primitive).
-
-
-def _local_pairs(x, is_min: bool, *, index_dtype, method: str = "auto"):
-  """(values, indices) of the max (``is_min``: min) of ``x`` along its last axis, one pass on
-  the data this device holds; ``values`` bit-exact elements at ``indices`` (local indices)."""
-  from jax_argreduce import _primitives  # late: _primitives imports this module
-  values, indices = _primitives.argreduce_last_axis(
-      x, is_min=is_min, with_value=True, index_dtype=index_dtype, method=method)
-  return values, indices
-
-
-def _local_indices(x, is_min: bool, *, index_dtype, method: str = "auto"):
-  """Indices only (the argmax/argmin epilogue) for blocks whose rows are whole."""
-  from jax_argreduce import _primitives
-  (indices,) = _primitives.argreduce_last_axis(
-      x, is_min=is_min, with_value=False, index_dtype=index_dtype, method=method)
-  return indices
-
-
-def _local_categorical(keys, logits, temperature, offsets, *, index_dtype, method: str = "auto"):
-  """(noisy_max, local index) of the fused sampler on this device's block (categorical_p's
-  operands; ``offsets``: the block's global (row, column) counters)."""
-  from jax_argreduce import _primitives
-  return _primitives.categorical_last_axis(keys, logits, temperature, offsets,
-                                           index_dtype=index_dtype, method=method)
+from jax_argreduce._compat import typeof, use_shardy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,7 +114,7 @@ def _shard_offsets(indices, width):
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
-def _exchange(values, local, width, names, is_min, with_value):
+def exchange(values, local, width, names, is_min, with_value):
   """Global (value, index) from this device's pair (``local``: index within this device's
   ``width`` columns): one exchange of the ``[rows, shards]`` pairs over ``names`` (shard
   ``s`` holds global columns ``[s * width, (s + 1) * width)``), then the §1 combine, one
@@ -160,10 +124,10 @@ def _exchange(values, local, width, names, is_min, with_value):
                        is_min, with_value=with_value)
 
 
-@_exchange.defjvp
+@exchange.defjvp
 def _exchange_jvp(width, names, is_min, with_value, primals, tangents):
   values, local = primals
-  value, index = _exchange(values, local, width, names, is_min, with_value)
+  value, index = exchange(values, local, width, names, is_min, with_value)
   index_tangent = np.zeros(local.shape, jax.dtypes.float0)
   if not with_value:
     return (value, index), (None, index_tangent)
@@ -181,12 +145,14 @@ def _names(entry) -> tuple:
   return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
 
 
-def _split_reduce(x, names, *, is_min, with_value, index_dtype, method):
+def split_reduce(x, names, local_pairs, *, is_min: bool, with_value: bool):
   """The block of ``x`` on this device, its reduction axis split over mesh axes ``names``:
-  local pair, one exchange, global indices, §1 combine (:func:`_exchange`). Returns ``[indices]`` or
-  ``[values, indices]``."""
-  values, local = _local_pairs(x, is_min, index_dtype=index_dtype, method=method)
-  value, index = _exchange(values, local, x.shape[-1], names, is_min, with_value)
+  ``local_pairs(x)`` gives the block's (values, local indices) of the max (``is_min``: min)
+  along its last axis; one exchange, global indices, §1 combine (:func:`exchange`). Returns
+  ``[indices]`` or ``[values, indices]``, the same on every device of the group (typed
+  invariant along ``names``)."""
+  values, local = local_pairs(x)
+  value, index = exchange(values, local, x.shape[-1], names, is_min, with_value)
   return [value, index] if with_value else [index]
 
 
@@ -205,7 +171,7 @@ def _check_vma_on() -> bool:
   return bool(state.value) if state is not None else False
 
 
-def _axis_names(x, axis_name, op: str) -> tuple:
+def axis_names(x, axis_name, op: str) -> tuple:
   """The mesh axes of ``axis_name``, checked: bound here, and ``x`` varies along them."""
   names = _names(axis_name)
   if not names:
@@ -236,18 +202,7 @@ def _axis_names(x, axis_name, op: str) -> tuple:
   return names
 
 
-def reduce_over_axis_name(x, axis_name, *, is_min: bool, with_value: bool, index_dtype,
-                          method: str = "auto", op: str = "argmax"):
-  """``x`` (reduction axis last) is this device's block of a reduction axis split over mesh
-  axis ``axis_name`` (a name or a tuple of names, major first); returns the global
-  ``[indices]`` / ``[values, indices]``, the same on every device of the group (typed
-  invariant along ``axis_name``)."""
-  names = _axis_names(x, axis_name, op)
-  return _split_reduce(x, names, is_min=is_min, with_value=with_value,
-                       index_dtype=index_dtype, method=method)
-
-
-def _check_counters(global_cols: int, index_dtype, op: str = "categorical") -> None:
+def check_counters(global_cols: int, index_dtype, op: str = "categorical") -> None:
   # Column counters and offsets are int32; global indices must fit the index dtype.
   limit = min(np.iinfo(np.int32).max, np.iinfo(np.dtype(index_dtype)).max)
   if global_cols - 1 > limit:
@@ -256,26 +211,24 @@ def _check_counters(global_cols: int, index_dtype, op: str = "categorical") -> N
                      "counters hold")
 
 
-def categorical_over_axis_name(keys, logits, temperature, axis_name, *, index_dtype,
-                               method: str = "auto"):
-  """``categorical`` on this device's block of a vocabulary split over ``axis_name`` (inside a
-  user's shard_map): noise keyed by the global column (column offset = block position * block
-  width), the local (noisy maximum, index), one exchange, the §1 combine. Returns the
-  global indices (typed invariant along ``axis_name``). ``keys``/``temperature``: categorical_p
-  operands for the local rows (the row counters are the local rows')."""
-  names = _axis_names(logits, axis_name, "categorical")
+def split_sample(keys, logits, temperature, names, local_sample, *, index_dtype):
+  """``categorical`` on this device's block of a vocabulary split over mesh axes ``names``
+  (``axis_name=`` inside a user's shard_map): noise keyed by the global column (column offset =
+  block position * block width), ``local_sample(keys, logits, temperature, offsets)`` gives the
+  block's (noisy maximum, local index) (categorical_p's operands; the row counters are the
+  local rows'), one exchange, the §1 combine. Returns the global indices (typed invariant along
+  ``names``)."""
   cols = logits.shape[-1]
-  _check_counters(math.prod(lax.axis_size(n) for n in names) * cols, index_dtype)
+  check_counters(math.prod(lax.axis_size(n) for n in names) * cols, index_dtype)
   shard = lax.axis_index(names)
   offsets = jnp.stack([jnp.zeros((), np.int32), shard.astype(np.int32) * np.int32(cols)])
-  values, local = _local_categorical(keys, logits, temperature, offsets,
-                                     index_dtype=index_dtype, method=method)
-  _, index = _exchange(values, local, cols, names, False, False)
+  values, local = local_sample(keys, logits, temperature, offsets)
+  _, index = exchange(values, local, cols, names, False, False)
   return index
 
 
 # ---------------------------------------------------------------------------------------------
-# The primitive's lowering: partition by the sharding in the type.
+# Spec reading: how the type splits a call.
 
 
 def _spec(aval) -> tuple:
@@ -303,11 +256,9 @@ def explicit_spec(aval):
   return dims
 
 
-def _pspec(dims) -> P:
+def pspec(dims) -> P:
+  """The PartitionSpec of ``dims`` (a tuple of name tuples per dimension)."""
   return P(*(d if d else None for d in dims))
-
-
-pspec = _pspec
 
 
 def manual_axes(mesh, dims) -> frozenset:
@@ -320,14 +271,15 @@ def manual_axes(mesh, dims) -> frozenset:
   return frozenset(n for n, t in _axis_types(mesh).items() if t == AxisType.Explicit)
 
 
-def sharding_unknown(ctx, aval) -> bool:
+def sharding_unknown(aval, axis_context=None) -> bool:
   """True when XLA, not the type, will decide how the input is split: Auto mesh axes of size
-  > 1, or a multi-device program whose values carry no mesh at all."""
+  > 1, or a multi-device program whose values carry no mesh at all (``axis_context``: the
+  lowering's, ``ctx.module_context.axis_context``; None inside a traced block, whose values
+  always carry their mesh)."""
   mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
   if mesh is not None and not mesh.empty:
     types = _axis_types(mesh)
     return any(t == AxisType.Auto and mesh.shape[n] > 1 for n, t in types.items())
-  axis_context = ctx.module_context.axis_context
   num_devices = getattr(axis_context, "num_devices", None)
   if num_devices is not None:  # ShardingContext: a jit over num_devices devices
     return num_devices > 1
@@ -338,56 +290,11 @@ def sharding_unknown(ctx, aval) -> bool:
   return any(size > 1 for name, size in ctx_mesh.shape.items() if name not in manual)
 
 
-def xla_partitionable(x, *, is_min: bool, with_value: bool, index_dtype):
-  """The exact XLA path in a form XLA partitions well: one variadic reduction over (order key,
-  index[, value bits]); split rows stay local, a split reduction axis becomes local pairs and
-  all-gathers of ``[rows, shards]`` pairs (values travel as bits: exact, signed zeros kept)."""
-  keys = _xla.ordered_key(x, is_min)
-  if not with_value:
-    return [lax.argmax(keys, x.ndim - 1, index_dtype)]
-  iota = lax.broadcasted_iota(np.dtype(index_dtype), x.shape, x.ndim - 1)
-  bits = lax.bitcast_convert_type(x, _BITS[x.dtype.itemsize])
-  init = (np.array(np.iinfo(keys.dtype).min, keys.dtype),
-          np.array(np.iinfo(np.dtype(index_dtype)).max, index_dtype),
-          np.array(0, bits.dtype))
-  _, index, value_bits = lax.reduce((keys, iota, bits), init, _xla.pick_pair, (x.ndim - 1,))
-  return [lax.bitcast_convert_type(value_bits, x.dtype), index]
+# ---------------------------------------------------------------------------------------------
+# categorical: each block samples with its global counters (so the sample is the unsharded one).
 
 
-def lower_partitioned(ctx, x, *, is_min: bool, with_value: bool, index_dtype,
-                      method: str = "auto"):
-  """Call first in the primitive's lowering rule. Returns the lowered results when the input
-  must not reach the opaque handler call as it is (its type splits it over explicit mesh axes:
-  a shard_map over them; or XLA will split it: the XLA path), else None: lower as usual."""
-  aval = ctx.avals_in[0]
-  if not is_constant_shape(aval.shape):
-    return None  # symbolic shapes (jax.export): as before (XLA gathers a split input)
-  dims = explicit_spec(aval)
-  if dims is None:
-    if method != "kernel" and sharding_unknown(ctx, aval):
-      fn = functools.partial(xla_partitionable, is_min=is_min, with_value=with_value,
-                             index_dtype=index_dtype)
-      return mlir.lower_fun(fn, multiple_results=True)(ctx, x)
-    return None
-  mesh = aval.sharding.mesh
-  row_specs, k_names = dims[:-1], dims[-1]
-  in_spec, out_spec = _pspec(dims), _pspec(row_specs)
-
-  def body(block):
-    if k_names:
-      return _split_reduce(block, k_names, is_min=is_min, with_value=with_value,
-                           index_dtype=index_dtype, method=method)
-    if with_value:
-      return list(_local_pairs(block, is_min, index_dtype=index_dtype, method=method))
-    return [_local_indices(block, is_min, index_dtype=index_dtype, method=method)]
-
-  n_out = 2 if with_value else 1
-  fn = jax.shard_map(body, mesh=mesh, in_specs=in_spec, out_specs=[out_spec] * n_out,
-                     axis_names=manual_axes(mesh, dims))
-  return mlir.lower_fun(fn, multiple_results=True)(ctx, x)
-
-
-def _reshard(x, aval, mesh, spec):
+def reshard(x, aval, mesh, spec):
   """``x`` with the sharding ``spec`` (keys, temperatures, offsets: tiny; a replicated one is
   only sliced), unless its type has it already."""
   if explicit_spec(aval) is None and not any(spec):
@@ -395,104 +302,108 @@ def _reshard(x, aval, mesh, spec):
   return jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, spec))
 
 
-def _add_offsets(offsets, row, col):
+def add_offsets(offsets, row, col):
   """The call's ``offsets`` (int32 [2], or [0]: zero) plus this block's (row, col)."""
   pair = jnp.stack([jnp.asarray(row), jnp.asarray(col)]).astype(np.int32)
   return pair if offsets.shape == (0,) else offsets + pair
 
 
-def lower_categorical_partitioned(ctx, keys, logits, temperature, offsets, *, index_dtype,
-                                  method: str = "auto"):
-  """``lower_partitioned`` for categorical_p: where the logits' type splits them over explicit
-  mesh axes, a shard_map over those axes in which each block samples with its global counters
-  (so the sample is the unsharded one), and a split vocabulary exchanges its
-  ``[rows, shards]`` (noisy maximum, local index) pairs once. Else None: lower as usual
-  (under Auto axes XLA then gathers the logits for the handler call: exact).
+class SamplePlan(NamedTuple):
+  """How the blocks of a sampler call split over explicit mesh axes find their global counters
+  (:func:`sample_plan`): ``row_dims`` / ``k_names`` the mesh axes of the batch dimensions / of
+  the vocabulary, ``local`` the block's batch shape, ``cols`` its vocabulary width,
+  ``strides`` the flat-row strides of the global batch, ``j`` the keys' prefix (categorical_p),
+  ``m`` the first dimension of the runs of consecutive row counters, ``per_row_t`` whether the
+  temperature has one value per row; ``key_spec``, ``t_spec``, ``out_spec`` the shard_map specs
+  of the keys, the temperature and the per-row results."""
+  row_dims: tuple
+  k_names: tuple
+  local: tuple
+  cols: int
+  strides: tuple
+  j: int
+  m: int
+  per_row_t: bool
+  key_spec: P
+  t_spec: P
+  out_spec: P
+
+
+def sample_plan(mesh, dims, shape, j: int, per_row_t: bool, index_dtype) -> SamplePlan:
+  """The plan of a sampler call on logits of static ``shape`` (``[*batch, vocab]``) split over
+  the explicit mesh axes ``dims`` (:func:`explicit_spec`), keys in categorical_p's prefix form
+  ``kb = batch[:j] + ones``. ValueError where the counters of a block cannot hold its global
+  position.
 
   Row counters: a row's counter is its position among the rows of its key (one key: the global
-  flat row). Keys come in categorical_p's prefix form ``kb = batch[:j] + ones``: the key
-  dimensions split with the rows; within a key, a block's rows are consecutive counters from
-  ``sum_d start_d * stride_d`` when every split dimension only has whole dimensions after it
-  in the block (e.g. any split of ``[rows, vocab]``, or ``[batch, seq, vocab]`` split over
-  batch); otherwise the block is walked in runs of consecutive counters (``lax.map``, one
-  handler call per run: e.g. ``[batch, seq, vocab]`` with seq split, one call per local batch
-  element)."""
-  from jax_argreduce import _primitives
-  k_aval, aval, t_aval, o_aval = ctx.avals_in
-  if not all(is_constant_shape(a.shape) for a in ctx.avals_in):
-    return None
-  dims = explicit_spec(aval)
-  if dims is None:
-    return None
-  mesh = aval.sharding.mesh
-  batch, n = aval.shape[:-1], aval.ndim - 1
-  row_dims, k_names = dims[:-1], dims[-1]
-  j = _primitives.key_prefix(k_aval.shape, batch)
-  if j is None:  # pragma: no cover - the abstract eval rejects it
-    return None
-  per_row_t = _primitives.temperature_per_row(t_aval.shape, batch)
+  flat row). The key dimensions split with the rows; within a key, a block's rows are
+  consecutive counters from ``sum_d start_d * stride_d`` when every split dimension only has
+  whole dimensions after it in the block (e.g. any split of ``[rows, vocab]``, or
+  ``[batch, seq, vocab]`` split over batch); otherwise the block is walked in runs of
+  consecutive counters over dimensions ``m..`` (:func:`sample_block`: e.g.
+  ``[batch, seq, vocab]`` with seq split, one run per local batch element)."""
+  batch, n = tuple(shape[:-1]), len(shape) - 1
+  row_dims, k_names = tuple(dims[:-1]), dims[-1]
   parts = [math.prod(mesh.shape[a] for a in d) for d in row_dims]
-  local = [b // p for b, p in zip(batch, parts)]
-  cols = aval.shape[-1] // math.prod(mesh.shape[a] for a in k_names)
-  strides = [math.prod(batch[d + 1:]) for d in range(n)]
-  _check_counters(aval.shape[-1], index_dtype)
+  local = tuple(b // p for b, p in zip(batch, parts))
+  cols = shape[-1] // math.prod(mesh.shape[a] for a in k_names)
+  strides = tuple(math.prod(batch[d + 1:]) for d in range(n))
+  check_counters(shape[-1], index_dtype)
   if math.prod(batch[j:]) - 1 > np.iinfo(np.int32).max:
     raise ValueError(f"categorical: {math.prod(batch[j:])} rows share a key: more than the "
                      "int32 row offsets of a split call hold; pass one key per row")
-  # m: the rows of a block are runs of consecutive counters over dimensions m.. (see above).
   m, split_after = n, False
   for d in reversed(range(j, n)):
     if local[d] > 1 and split_after:
       break
     m, split_after = d, split_after or bool(row_dims[d])
+  return SamplePlan(row_dims, k_names, local, cols, strides, j, m, per_row_t,
+                    key_spec=pspec(row_dims[:j] + ((),) * (n - j + 1)),
+                    t_spec=pspec(row_dims if per_row_t else ((),) * n),
+                    out_spec=pspec(row_dims))
 
-  key_spec = _pspec(row_dims[:j] + ((),) * (n - j + 1))
-  t_spec = _pspec(row_dims if per_row_t else ((),) * n)
-  out_spec = _pspec(row_dims)
+
+def sample_block(plan: SamplePlan, keys, logits, temperature, offsets, local_sample):
+  """Inside the shard_map of a plan (blocks as its specs split them): this block's global
+  (noisy maximum, index) ``[values, indices]``. ``local_sample(keys, logits, temperature,
+  offsets)`` gives the (noisy maximum, local index) of the sampler on a block (categorical_p's
+  operands; ``offsets`` its global (row, column) counters): one call where the block's rows of
+  each key are consecutive counters, else one per run (``lax.map``, sequential); a split
+  vocabulary then exchanges its ``[rows, shards]`` pairs once (:func:`exchange`)."""
+  row_dims, k_names, local, n = plan.row_dims, plan.k_names, plan.local, len(plan.local)
+  j, m, cols = plan.j, plan.m, plan.cols
 
   def start(d):  # first global index of this block along batch dimension d
     if not row_dims[d]:
       return np.int32(0)
     return lax.axis_index(row_dims[d]).astype(np.int32) * np.int32(local[d])
 
-  def body(kb, lb, tb, ob):
-    col_off = (lax.axis_index(k_names).astype(np.int32) * np.int32(cols) if k_names
-               else np.int32(0))
-    tail = sum((start(d) * np.int32(strides[d]) for d in range(m, n)), np.int32(0))
-    sample = functools.partial(_local_categorical, index_dtype=index_dtype, method=method)
-    if m == j:  # one call: the block's rows of each key are consecutive counters
-      values, index = sample(kb, lb, tb, _add_offsets(ob, tail, col_off))
-    else:  # runs over dimensions m..: one call per index of dimensions ..m (sequential)
-      runs = math.prod(local[:m])
-      head = jnp.zeros(local[:m], np.int32)
-      for d in range(j, m):
-        pos = lax.broadcasted_iota(np.int32, tuple(local[:m]), d) + start(d)
-        head = head + pos * np.int32(strides[d])
-      run_keys = jnp.broadcast_to(kb, (*local[:m], *kb.shape[m:])).reshape(
-          runs, *kb.shape[m:])
-      run_t = tb.reshape(runs, *local[m:]) if per_row_t else None
+  col_off = (lax.axis_index(k_names).astype(np.int32) * np.int32(cols) if k_names
+             else np.int32(0))
+  tail = sum((start(d) * np.int32(plan.strides[d]) for d in range(m, n)), np.int32(0))
+  if m == j:  # one call: the block's rows of each key are consecutive counters
+    values, index = local_sample(keys, logits, temperature, add_offsets(offsets, tail, col_off))
+  else:  # runs over dimensions m..: one call per index of dimensions ..m (sequential)
+    runs = math.prod(local[:m])
+    head = jnp.zeros(local[:m], np.int32)
+    for d in range(j, m):
+      pos = lax.broadcasted_iota(np.int32, tuple(local[:m]), d) + start(d)
+      head = head + pos * np.int32(plan.strides[d])
+    run_keys = jnp.broadcast_to(keys, (*local[:m], *keys.shape[m:])).reshape(
+        runs, *keys.shape[m:])
+    run_t = temperature.reshape(runs, *local[m:]) if plan.per_row_t else None
 
-      def one_run(args):
-        k, x, t, h = args
-        off = _add_offsets(ob, h + tail, col_off)
-        return sample(k, x, tb.reshape((1,) * (n - m)) if t is None else t, off)
+    def one_run(args):
+      k, x, t, h = args
+      off = add_offsets(offsets, h + tail, col_off)
+      return local_sample(k, x, temperature.reshape((1,) * (n - m)) if t is None else t, off)
 
-      values, index = lax.map(one_run, (run_keys, lb.reshape(runs, *local[m:], lb.shape[-1]),
-                                        run_t, head.reshape(runs)))
-      values, index = values.reshape(local), index.reshape(local)
-    if k_names:
-      values, index = _exchange(values, index, cols, k_names, False, True)
-    return [values, index]
-
-  fn = jax.shard_map(body, mesh=mesh, in_specs=(key_spec, _pspec(dims), t_spec, P()),
-                     out_specs=[out_spec, out_spec], axis_names=manual_axes(mesh, dims))
-
-  def partitioned(k, x, t, o):
-    return fn(_reshard(k, k_aval, mesh, key_spec), x, _reshard(t, t_aval, mesh, t_spec),
-              _reshard(o, o_aval, mesh, P()))
-
-  return mlir.lower_fun(partitioned, multiple_results=True)(ctx, keys, logits, temperature,
-                                                            offsets)
+    values, index = lax.map(one_run, (run_keys, logits.reshape(runs, *local[m:], logits.shape[-1]),
+                                      run_t, head.reshape(runs)))
+    values, index = values.reshape(local), index.reshape(local)
+  if k_names:
+    values, index = exchange(values, index, cols, k_names, False, True)
+  return [values, index]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,7 +423,7 @@ def take_last_axis(t, indices):
     return got[..., 0] if one else got
   names = dims[-1]
   mesh = typeof(t).sharding.mesh
-  spec_t, spec_i = _pspec(dims), _pspec(dims[:-1] + (() if one else ((),)))
+  spec_t, spec_i = pspec(dims), pspec(dims[:-1] + (() if one else ((),)))
 
   def body(tb, ib):
     width = tb.shape[-1]
@@ -560,12 +471,6 @@ def split_top_k(x, names, k: int, local_top_k):
   flat = (*local.shape[:-2], local.shape[-2] * local.shape[-1])
   values = lax.bitcast_convert_type(bits, values.dtype).reshape(flat)
   return merge_top_k(values, global_index.reshape(flat), k)
-
-
-def needs_two_stage_flatten(x) -> bool:
-  """True when ``x.reshape(-1)`` (``axis=None``) is not possible on its sharded type."""
-  dims = explicit_spec(typeof(x))
-  return dims is not None and x.ndim > 1
 
 
 def flat_reduce(x, reduce_last, *, is_min: bool, with_value: bool, index_dtype):

@@ -1,7 +1,8 @@
 """The XLA (jnp) path: argmax/argmin of the last axis through an order-preserving integer key.
 
 Taken where ``_dispatch.route`` says so: on GPU where XLA's own reduction measured faster than
-the kernels, for rows longer than INT32_MAX, and on platforms without a handler.
+the kernels, for rows longer than INT32_MAX, on platforms without a handler, and where XLA (not
+the type) splits the input (a form XLA partitions: ``xla_argreduce_partitionable``).
 ``jnp.argmax`` on floats flushes subnormals to zero (jax issue 24281), so instead the floats are
 bitcast to the same integer keys as ``ffi/order.h`` (exact for subnormals, -0 == +0,
 every NaN largest for argmax and argmin alike) and XLA takes the integer argmax, whose ties go
@@ -84,6 +85,24 @@ def _split_row_argmax(keys, index_dtype):
   part_first = lax.broadcasted_iota(index_dtype, (parts,), 0) * index_dtype(_SPLIT_WIDTH)
   _, index = lax.reduce((part_keys, part_first + part_columns), init, pick_pair, (0,))
   return index
+
+
+def xla_argreduce_partitionable(x, *, is_min: bool, with_value: bool, index_dtype):
+  """The exact XLA path of argreduce in a form XLA partitions well (where XLA, not the type,
+  splits ``x``: _dispatch's ``xla_split``): one variadic reduction over (order key, index[,
+  value bits]); split rows stay local, a split reduction axis becomes local pairs and
+  all-gathers of ``[rows, shards]`` pairs (values travel as bits: exact, signed zeros kept).
+  Returns ``[indices]`` or ``[values, indices]``."""
+  keys = ordered_key(x, is_min)
+  if not with_value:
+    return [lax.argmax(keys, x.ndim - 1, index_dtype)]
+  iota = lax.broadcasted_iota(np.dtype(index_dtype), x.shape, x.ndim - 1)
+  bits = _bits_of(x)
+  init = (np.array(np.iinfo(keys.dtype).min, keys.dtype),
+          np.array(np.iinfo(np.dtype(index_dtype)).max, index_dtype),
+          np.array(0, bits.dtype))
+  _, index, value_bits = lax.reduce((keys, iota, bits), init, pick_pair, (x.ndim - 1,))
+  return [lax.bitcast_convert_type(value_bits, x.dtype), index]
 
 
 def xla_max_with_index(x, *, is_min: bool, index_dtype):

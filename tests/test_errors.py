@@ -232,10 +232,21 @@ def test_non_array_raises_type_error(op, value):
 
 @pytest.mark.parametrize("op", ALL_OPS)
 def test_invalid_method(op):
+  """``method`` is checked once, by the public op that takes it (_dispatch.check_method), for
+  every dtype (ints too, which never reach a primitive)."""
+  for x in (np.ones(3, np.float32), np.ones(3, np.int32)):
+    with pytest.raises(ValueError, match="method"):
+      _api.reduce(x, None, False, op=op, method="cuda")
+
+
+def test_invalid_method_top_k_and_categorical():
+  x = np.ones((2, 3), np.float32)
   with pytest.raises(ValueError, match="method"):
-    _api.reduce(np.ones(3, np.float32), None, False, op=op, method="cuda")
+    jax_argreduce.top_k(x, 2, method="cuda")
   with pytest.raises(ValueError, match="method"):
-    _dispatch.route(op, "cpu", (3,), np.float32, "cuda")
+    jax_argreduce.categorical(jax.random.key(0), x, method="cuda")
+  with pytest.raises(ValueError, match="method"):
+    _dispatch.check_method("cuda")
 
 
 # ----------------------------------------------------------------------------- index width

@@ -903,3 +903,44 @@ def test_top_k_export_round_trip(spec):
                                disabled_checks=_export_checks())(xs)
   restored = jax.export.deserialize(exported.serialize())
   check_top_k(restored.call(xs), x, 6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure (issue 41): _sharding is a library of pure pieces; each primitive's partition rule
+# lives in its block in _primitives and calls the handler itself in its blocks.
+
+def test_sharding_binds_no_primitive():
+  """_sharding imports nothing from _primitives (no import back into the module that calls it)
+  and binds no primitive; where it needs the op on a block, the caller passes a callable."""
+  import ast
+  import inspect
+  from jax_argreduce import _sharding
+  tree = ast.parse(inspect.getsource(_sharding))
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom):
+      assert "_primitives" not in [a.name for a in node.names] and not (
+          node.module or "").endswith("_primitives"), ast.dump(node)
+    if isinstance(node, ast.Import):
+      assert not any(a.name.endswith("_primitives") for a in node.names), ast.dump(node)
+    if isinstance(node, ast.Attribute):
+      assert node.attr not in ("bind", "_primitives"), ast.dump(node)
+
+
+@pytest.mark.parametrize("op", ["max_with_index", "top_k", "categorical"])
+def test_partition_rule_does_not_rebind(op, monkeypatch):
+  """A partition rule's blocks call the handler (or the XLA path) directly: lowering a sharded
+  call binds the op's primitive once, never again inside its shard_map."""
+  from jax_argreduce import _primitives
+  prim = {"max_with_index": _primitives.argreduce_p, "top_k": _primitives.top_k_p,
+          "categorical": _primitives.categorical_p}[op]
+  x = jax.device_put(categorical_rows(), NamedSharding(mesh_1d(), P(None, "d")))
+  fn = {"max_with_index": lambda v: ar.max_with_index(v),
+        "top_k": lambda v: ar.top_k(v, 3),
+        "categorical": lambda v: ar.categorical(jax.random.key(0), v)}[op]
+  binds = []
+  original = prim.bind
+  monkeypatch.setattr(prim, "bind", lambda *a, **p: binds.append(1) or original(*a, **p))
+  jax.clear_caches()  # categorical's inner jit may hold an earlier trace (no bind then)
+  text = jax.jit(fn).lower(x).compile().as_text()
+  assert len(binds) == 1, binds
+  assert any(f'custom_call_target="{t}"' in text for t in _ffi.all_targets())
