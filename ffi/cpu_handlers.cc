@@ -115,7 +115,8 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
                                       ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
                                       ffi::AnyBuffer min_p, ffi::AnyBuffer offsets,
                                       ffi::Result<ffi::AnyBuffer> noisy_max,
-                                      ffi::Result<ffi::AnyBuffer> indices) {
+                                      ffi::Result<ffi::AnyBuffer> indices, int64_t k_bound) {
+  (void)k_bound;  // the CUDA handler's top-k path; one CPU path serves every row
   const std::string op = "jax_argreduce filtered categorical (cpu)";
   auto view = DecodeRows(logits, *indices, nullptr, op);
   if (!view.has_value()) return view.error();
@@ -201,6 +202,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCpu, FilteredCategoricalCpuImpl
                                   .Arg<ffi::AnyBuffer>()   // min_p: float32 [1] or [rows]
                                   .Arg<ffi::AnyBuffer>()   // offsets: [2] int32 (row, col), or [0]
                                   .Ret<ffi::AnyBuffer>()   // noisy_max: [...] float32/64
-                                  .Ret<ffi::AnyBuffer>());  // indices: [...] int32 or int64
+                                  .Ret<ffi::AnyBuffer>()   // indices: [...] int32 or int64
+                                  .Attr<int64_t>("k_bound"));  // > 0: every top_k in [1, k_bound]
 
 }  // namespace jax_argreduce

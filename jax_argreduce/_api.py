@@ -527,13 +527,14 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
       raise NotImplementedError(f"{name}: top_k, top_p and min_p with axis_name (a vocabulary "
                                 "split inside shard_map) are not supported yet")
     return _filtered_categorical(key, logits, temperature, *filters, axis=axis,
-                                 method=_dispatch.check_method(method))
+                                 method=_dispatch.check_method(method),
+                                 k_bound=_params.k_bound(filters[0]))
   return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "method"))
+@functools.partial(jax.jit, static_argnames=("axis", "method", "k_bound"))
 def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis: int,
-                          method: str):
+                          method: str, k_bound: int):
   name = "categorical"
   logits = jnp.asarray(logits)
   if jnp.issubdtype(logits.dtype, jnp.complexfloating):
@@ -554,7 +555,7 @@ def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis
   if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
     logits = logits.astype(np.float32)
   _, indices = _primitives.filtered_categorical_last_axis(
-      keys, logits, t, *operands, index_dtype=index_dtype, method=method)
+      keys, logits, t, *operands, index_dtype=index_dtype, method=method, k_bound=k_bound)
   return indices
 
 

@@ -92,3 +92,18 @@ def operand(param: RowParam, value, batch_shape, op: str):
 def per_row(shape, batch) -> bool:
   """Whether an operand of ``shape`` holds one value per row of ``batch`` (else one shared)."""
   return tuple(shape) == tuple(batch) and any(d != 1 for d in batch)
+
+
+def k_bound(top_k) -> int:
+  """A static bound for a checked ``top_k``: its largest value where every value is concrete
+  and at least 1 (each row then takes at most that many candidates), else 0 (no promise)."""
+  if top_k is None:
+    return 0
+  try:
+    with jax.transfer_guard("allow"):
+      host = np.asarray(top_k)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return 0
+  if host.size == 0 or host.min() < 1:
+    return 0
+  return int(min(host.max(), INT32_MAX))

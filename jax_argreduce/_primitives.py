@@ -485,21 +485,24 @@ def _categorical_partitioned(ctx, keys, logits, temperature, offsets, *, index_d
   if j is None:  # pragma: no cover - the abstract eval rejects it
     return None
   plan = _sharding.sample_plan(mesh, dims, aval.shape, j,
-                               temperature_per_row(t_aval.shape, aval.shape[:-1]), index_dtype)
-  block = functools.partial(_categorical_block, index_dtype=index_dtype, method=method,
-                            platform=platform)
+                               (temperature_per_row(t_aval.shape, aval.shape[:-1]),), index_dtype)
+
+  def block(k, x, params, o):
+    return _categorical_block(k, x, *params, o, index_dtype=index_dtype, method=method,
+                              platform=platform)
 
   def body(kb, lb, tb, ob):
-    return _sharding.sample_block(plan, kb, lb, tb, ob, block)
+    return _sharding.sample_block(plan, kb, lb, (tb,), ob, block)
 
+  (t_spec,) = plan.param_specs
   fn = jax.shard_map(body, mesh=mesh,
-                     in_specs=(plan.key_spec, _sharding.pspec(dims), plan.t_spec, P()),
+                     in_specs=(plan.key_spec, _sharding.pspec(dims), t_spec, P()),
                      out_specs=[plan.out_spec, plan.out_spec],
                      axis_names=_sharding.manual_axes(mesh, dims))
 
   def partitioned(k, x, t, o):
     return fn(_sharding.reshard(k, k_aval, mesh, plan.key_spec), x,
-              _sharding.reshard(t, t_aval, mesh, plan.t_spec),
+              _sharding.reshard(t, t_aval, mesh, t_spec),
               _sharding.reshard(o, o_aval, mesh, P()))
 
   return mlir.lower_fun(partitioned, multiple_results=True)(ctx, keys, logits, temperature,
@@ -739,6 +742,7 @@ def _filtered_abstract_eval(keys, logits, temperature, top_k, top_p, min_p, offs
                                 or tuple(f.shape) == (1,) * len(batch)):
       raise TypeError(f"filtered_categorical_p: {name} must be {dtype} of shape {batch} or "
                       f"{(1,) * len(batch)}, got {f.str_short()}")
+  del params["k_bound"]
   return _categorical_abstract_eval(keys, logits, temperature, offsets, **params)
 
 
@@ -783,50 +787,97 @@ def _filtered_xla(keys, logits, temperature, top_k, top_p, min_p, offsets, *, in
   return _categorical_xla(keys, masked, temperature, offsets, index_dtype=index_dtype)
 
 
-def _flat_row_params(ctx, params, first: int):
-  """Row-parameter operands ctx.avals_in[first:first + len(params)] flattened to [1 | rows]
-  (the handler's layout), and the ctx with those avals replaced."""
-  avals = list(ctx.avals_in)
-  plain = [ShapedArray(a.shape, a.dtype) for a in avals[first:first + len(params)]]
-  flat = [ShapedArray((math.prod(a.shape),), a.dtype) for a in plain]
-  sub = ctx.replace(avals_in=plain, avals_out=flat)
-  params = mlir.lower_fun(lambda *ps: [p.reshape(f.shape) for p, f in zip(ps, flat)],
-                          multiple_results=True)(sub, *params)
-  avals[first:first + len(params)] = flat
-  return list(params), ctx.replace(avals_in=avals)
+def _filtered_factors(k_aval, aval, param_avals):
+  """The handler call's Shardy factors: categorical's (_sampler_factors) for keys and logits;
+  each row parameter split with the rows where it is per row and the keys are (as the
+  temperature is there), else replicated."""
+  (key_f, logit_f, _, off_f), results = _sampler_factors(k_aval, aval, param_avals[0])
+  batch = aval.shape[:-1]
+  row_keyed = key_f[0] != "nk"
+  param_f = [(key_f[0],) if row_keyed and _params.per_row(a.shape, batch) else (f"np{i}",)
+             for i, a in enumerate(param_avals)]
+  return [key_f, logit_f, *param_f, off_f], results
+
+
+def _filtered_block(keys, logits, temperature, top_k, top_p, min_p, offsets, *, index_dtype,
+                    method, k_bound, platform):
+  """filtered_categorical_p's results on a block inside its partition rule (operands as the
+  block comment above says; ``offsets``: the block's global counters): the handler call itself
+  (:func:`call_handler`) or the XLA path, as _dispatch routes the block."""
+  operands = _vary_together([keys, logits, temperature, top_k, top_p, min_p, offsets])
+  keys, logits, *params, offsets = operands
+  aval = typeof(logits)
+  if _dispatch.route("filtered_categorical", platform, aval.shape, aval.dtype, method) == "xla":
+    return _filtered_xla(keys, logits, *params, offsets, index_dtype=index_dtype)
+  k_aval, param_avals = typeof(keys), [typeof(p) for p in params]
+  avals_out = _categorical_abstract_eval(k_aval, aval, param_avals[0], typeof(offsets),
+                                         index_dtype=index_dtype, method=method)
+  flat_keys = keys.reshape(math.prod(keys.shape[:-1]), 2)
+  flat_params = [p.reshape(math.prod(p.shape)) for p in params]
+  return call_handler("filtered_categorical", platform,
+                      [flat_keys, logits, *flat_params, offsets], avals_out,
+                      *_filtered_factors(k_aval, aval, param_avals), k_bound=np.int64(k_bound))
+
+
+def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound, platform):
+  """The partition rule: where the logits' type splits them over explicit mesh axes, a
+  shard_map over the row axes in which each block samples with its global row counters
+  (_sharding.sample_plan / sample_block, as categorical's rule), the filters split with the
+  rows where they are per row. A split vocabulary is first gathered whole (exact; a per-shard
+  split of the filters' thresholds is not written yet). Where XLA decides the split (Auto
+  axes), the handler call stays (XLA gathers the logits for it). Else None."""
+  *params, offsets = rest
+  k_aval, aval, *param_avals, o_aval = ctx.avals_in
+  if not all(is_constant_shape(a.shape) for a in ctx.avals_in):
+    return None
+  dims = _sharding.explicit_spec(aval)
+  if dims is None:
+    return None
+  mesh = aval.sharding.mesh
+  batch = aval.shape[:-1]
+  j = key_prefix(k_aval.shape, batch)
+  if j is None:  # pragma: no cover - the abstract eval rejects it
+    return None
+  row_dims = tuple(dims[:-1]) + ((),)
+  per_row = tuple(_params.per_row(a.shape, batch) for a in param_avals)
+  plan = _sharding.sample_plan(mesh, row_dims, aval.shape, j, per_row, index_dtype)
+
+  def block(k, x, ps, o):
+    return _filtered_block(k, x, *ps, o, index_dtype=index_dtype, method=method,
+                           k_bound=k_bound, platform=platform)
+
+  def body(kb, lb, ob, *pbs):
+    return _sharding.sample_block(plan, kb, lb, tuple(pbs), ob, block)
+
+  x_spec = _sharding.pspec(row_dims)
+  fn = jax.shard_map(body, mesh=mesh,
+                     in_specs=(plan.key_spec, x_spec, P(), *plan.param_specs),
+                     out_specs=[plan.out_spec, plan.out_spec],
+                     axis_names=_sharding.manual_axes(mesh, row_dims))
+
+  def partitioned(k, x, *ps_o):
+    *ps, o = ps_o
+    if dims[-1]:
+      x = jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, x_spec))
+    return fn(_sharding.reshard(k, k_aval, mesh, plan.key_spec), x,
+              _sharding.reshard(o, o_aval, mesh, P()),
+              *(_sharding.reshard(p, a, mesh, spec)
+                for p, a, spec in zip(ps, param_avals, plan.param_specs)))
+
+  return mlir.lower_fun(partitioned, multiple_results=True)(ctx, keys, logits, *params, offsets)
 
 
 def _filtered_lowering(ctx, keys, logits, temperature, top_k, top_p, min_p, offsets, *,
-                       index_dtype, method, platform):
-  k_aval, aval, t_aval = ctx.avals_in[:3]
-  if _dispatch.route("filtered_categorical", platform, aval.shape, aval.dtype, method) == "xla":
-    return mlir.lower_fun(
-        lambda *a: _filtered_xla(*a, index_dtype=index_dtype),
-        multiple_results=True)(ctx, keys, logits, temperature, top_k, top_p, min_p, offsets)
-  batch = aval.shape[:-1]
-  n = len(batch)
-  rows = _row_factors(n)
-  # As categorical's rule: rows stay split only with one key per row; the vocab is replicated.
-  if n > 0 and key_prefix(k_aval.shape, batch) == n:
-    long_rows = [r for r, d in zip(rows, batch) if not (is_constant_dim(d) and d == 1)] or rows[:1]
-    row_dim = long_rows[0] if len(long_rows) == 1 else CompoundFactor(*long_rows)
-    key_f, logit_f = (row_dim, "kw"), rows + ("cols",)
-    param_f = [(row_dim,) if _params.per_row(a.shape, batch) else (f"n{i}",)
-               for i, a in enumerate(ctx.avals_in[2:6])]
-  else:
-    key_f, logit_f = ("nk", "kw"), tuple(f"x{i}" for i in range(n)) + ("cols",)
-    param_f = [(f"n{i}",) for i in range(4)]
-  # Keys [num_keys, 2]; temperature and the filters [1 | rows].
-  k_plain = ShapedArray(k_aval.shape, k_aval.dtype)
-  flat_k = ShapedArray((math.prod(k_aval.shape[:-1]), 2), k_aval.dtype)
-  (keys,) = mlir.lower_fun(lambda k: [k.reshape(flat_k.shape)], multiple_results=True)(
-      ctx.replace(avals_in=[k_plain], avals_out=[flat_k]), keys)
-  ctx = ctx.replace(avals_in=[flat_k, *ctx.avals_in[1:]])
-  params, flat_ctx = _flat_row_params(ctx, [temperature, top_k, top_p, min_p], 2)
-  del t_aval
-  return lower_handler(flat_ctx, "filtered_categorical", platform,
-                       [keys, logits, *params, offsets],
-                       [key_f, logit_f, *param_f, ("noff",)], [rows, rows])
+                       index_dtype, method, k_bound, platform):
+  operands = [keys, logits, temperature, top_k, top_p, min_p, offsets]
+  partitioned = _filtered_partitioned(ctx, *operands, index_dtype=index_dtype, method=method,
+                                      k_bound=k_bound, platform=platform)
+  if partitioned is not None:
+    return partitioned
+  return mlir.lower_fun(
+      functools.partial(_filtered_block, index_dtype=index_dtype, method=method,
+                        k_bound=k_bound, platform=platform),
+      multiple_results=True)(ctx, *operands)
 
 
 register_lowerings(filtered_categorical_p, _filtered_lowering)
@@ -870,9 +921,11 @@ ad.primitive_jvps[filtered_categorical_p] = _filtered_jvp
 
 
 def filtered_categorical_last_axis(keys, logits, temperature, top_k, top_p, min_p, *,
-                                   index_dtype, method: str = "auto"):
+                                   index_dtype, method: str = "auto", k_bound: int = 0):
   """Binds ``filtered_categorical_p``: ``[noisy_max, indices]`` over the last axis of
-  ``logits`` (operands as the block comment above says; no offsets: an unsharded call)."""
+  ``logits`` (operands as the block comment above says; no offsets: an unsharded call).
+  ``k_bound`` > 0 promises every row's top_k is in [1, k_bound] (static; lets the CUDA
+  handler take its top-k path), 0 promises nothing."""
   operands = _vary_together([keys, logits, temperature, top_k, top_p, min_p, NO_OFFSETS])
   return filtered_categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype),
-                                     method=method)
+                                     method=method, k_bound=int(k_bound))

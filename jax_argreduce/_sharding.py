@@ -313,9 +313,10 @@ class SamplePlan(NamedTuple):
   (:func:`sample_plan`): ``row_dims`` / ``k_names`` the mesh axes of the batch dimensions / of
   the vocabulary, ``local`` the block's batch shape, ``cols`` its vocabulary width,
   ``strides`` the flat-row strides of the global batch, ``j`` the keys' prefix (categorical_p),
-  ``m`` the first dimension of the runs of consecutive row counters, ``per_row_t`` whether the
-  temperature has one value per row; ``key_spec``, ``t_spec``, ``out_spec`` the shard_map specs
-  of the keys, the temperature and the per-row results."""
+  ``m`` the first dimension of the runs of consecutive row counters, ``per_row`` whether each
+  row parameter (temperature; the filters) has one value per row; ``key_spec``,
+  ``param_specs``, ``out_spec`` the shard_map specs of the keys, of each row parameter and of
+  the per-row results."""
   row_dims: tuple
   k_names: tuple
   local: tuple
@@ -323,13 +324,13 @@ class SamplePlan(NamedTuple):
   strides: tuple
   j: int
   m: int
-  per_row_t: bool
+  per_row: tuple
   key_spec: P
-  t_spec: P
+  param_specs: tuple
   out_spec: P
 
 
-def sample_plan(mesh, dims, shape, j: int, per_row_t: bool, index_dtype) -> SamplePlan:
+def sample_plan(mesh, dims, shape, j: int, per_row: tuple, index_dtype) -> SamplePlan:
   """The plan of a sampler call on logits of static ``shape`` (``[*batch, vocab]``) split over
   the explicit mesh axes ``dims`` (:func:`explicit_spec`), keys in categorical_p's prefix form
   ``kb = batch[:j] + ones``. ValueError where the counters of a block cannot hold its global
@@ -357,17 +358,17 @@ def sample_plan(mesh, dims, shape, j: int, per_row_t: bool, index_dtype) -> Samp
     if local[d] > 1 and split_after:
       break
     m, split_after = d, split_after or bool(row_dims[d])
-  return SamplePlan(row_dims, k_names, local, cols, strides, j, m, per_row_t,
+  return SamplePlan(row_dims, k_names, local, cols, strides, j, m, tuple(per_row),
                     key_spec=pspec(row_dims[:j] + ((),) * (n - j + 1)),
-                    t_spec=pspec(row_dims if per_row_t else ((),) * n),
+                    param_specs=tuple(pspec(row_dims if r else ((),) * n) for r in per_row),
                     out_spec=pspec(row_dims))
 
 
-def sample_block(plan: SamplePlan, keys, logits, temperature, offsets, local_sample):
+def sample_block(plan: SamplePlan, keys, logits, params, offsets, local_sample):
   """Inside the shard_map of a plan (blocks as its specs split them): this block's global
-  (noisy maximum, index) ``[values, indices]``. ``local_sample(keys, logits, temperature,
-  offsets)`` gives the (noisy maximum, local index) of the sampler on a block (categorical_p's
-  operands; ``offsets`` its global (row, column) counters): one call where the block's rows of
+  (noisy maximum, index) ``[values, indices]``. ``params``: the row parameters (a tuple, as
+  ``plan.per_row``). ``local_sample(keys, logits, params, offsets)`` gives the (noisy maximum,
+  local index) of the sampler on a block (``offsets`` its global (row, column) counters): one call where the block's rows of
   each key are consecutive counters, else one per run (``lax.map``, sequential); a split
   vocabulary then exchanges its ``[rows, shards]`` pairs once (:func:`exchange`)."""
   row_dims, k_names, local, n = plan.row_dims, plan.k_names, plan.local, len(plan.local)
@@ -382,7 +383,7 @@ def sample_block(plan: SamplePlan, keys, logits, temperature, offsets, local_sam
              else np.int32(0))
   tail = sum((start(d) * np.int32(plan.strides[d]) for d in range(m, n)), np.int32(0))
   if m == j:  # one call: the block's rows of each key are consecutive counters
-    values, index = local_sample(keys, logits, temperature, add_offsets(offsets, tail, col_off))
+    values, index = local_sample(keys, logits, params, add_offsets(offsets, tail, col_off))
   else:  # runs over dimensions m..: one call per index of dimensions ..m (sequential)
     runs = math.prod(local[:m])
     head = jnp.zeros(local[:m], np.int32)
@@ -391,15 +392,18 @@ def sample_block(plan: SamplePlan, keys, logits, temperature, offsets, local_sam
       head = head + pos * np.int32(plan.strides[d])
     run_keys = jnp.broadcast_to(keys, (*local[:m], *keys.shape[m:])).reshape(
         runs, *keys.shape[m:])
-    run_t = temperature.reshape(runs, *local[m:]) if plan.per_row_t else None
+    # Per-row parameters run with their rows; shared ones ([1] * n) go to every run whole.
+    run_params = tuple(p.reshape(runs, *local[m:]) if r else None
+                       for p, r in zip(params, plan.per_row))
 
     def one_run(args):
-      k, x, t, h = args
+      k, x, ps, h = args
       off = add_offsets(offsets, h + tail, col_off)
-      return local_sample(k, x, temperature.reshape((1,) * (n - m)) if t is None else t, off)
+      ps = tuple(p.reshape((1,) * (n - m)) if q is None else q for p, q in zip(params, ps))
+      return local_sample(k, x, ps, off)
 
     values, index = lax.map(one_run, (run_keys, logits.reshape(runs, *local[m:], logits.shape[-1]),
-                                      run_t, head.reshape(runs)))
+                                      run_params, head.reshape(runs)))
     values, index = values.reshape(local), index.reshape(local)
   if k_names:
     values, index = exchange(values, index, cols, k_names, False, True)

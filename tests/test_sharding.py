@@ -944,3 +944,42 @@ def test_partition_rule_does_not_rebind(op, monkeypatch):
   text = jax.jit(fn).lower(x).compile().as_text()
   assert len(binds) == 1, binds
   assert any(f'custom_call_target="{t}"' in text for t in _ffi.all_targets())
+
+
+# ---------------------------------------------------------------------------------------------
+# Filtered sampling (SPEC §1f): rows split sample where they are, with their global counters
+# (no collective); a split vocabulary is gathered for the call (exact, not yet per shard).
+
+FILTERED = [dict(top_k=7), dict(top_p=0.6), dict(min_p=0.2, top_p=0.9),
+            dict(top_k=np.arange(1, ROWS + 1), top_p=np.linspace(0.3, 1.0, ROWS, dtype=np.float32))]
+
+
+@pytest.mark.parametrize("kw", FILTERED, ids=["k", "p", "min_p", "per_row"])
+@pytest.mark.parametrize("keys", ["shared", "per_row"])
+@pytest.mark.parametrize("case,mesh,spec,pairs", CAT_CASES)
+def test_filtered_sharded_equals_unsharded(case, mesh, spec, pairs, keys, kw):
+  x = categorical_rows()
+  key = jax.random.key(5)
+  key = jax.random.split(key, ROWS) if keys == "per_row" else key
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=CAT_T, **kw))
+  want = np.asarray(f(key, x))
+  xs = jax.device_put(x, NamedSharding(_mesh(mesh), spec))
+  np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+  compiled = f.lower(key, xs).compile()
+  assert_handler_called(compiled)
+  if pairs is None:  # rows only: no collective at all
+    assert_no_collective(compiled)
+
+
+@needs4
+@pytest.mark.parametrize("keys", ["shared", "per_row"])
+@pytest.mark.parametrize("case,spec,pairs", CAT_3D, ids=[c[0] for c in CAT_3D])
+def test_filtered_batch_dims(case, spec, pairs, keys):
+  x = 2.0 * randn((4, 8, 1000), seed=13)
+  key = jax.random.key(11)
+  key = jax.random.split(key, (4, 8)) if keys == "per_row" else key
+  p = np.linspace(0.2, 1.0, 32, dtype=np.float32).reshape(4, 8)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, top_k=40, top_p=p, min_p=0.01))
+  want = np.asarray(f(key, x))
+  xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
+  np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
