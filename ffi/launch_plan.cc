@@ -192,11 +192,27 @@ SelectPlan PlanTopK(int64_t rows, int64_t cols, int64_t k, int elem_bytes) {
   return plan;
 }
 
+SampleTopKLayout PlanSampleTopK(int64_t rows, int64_t cols, int64_t k_bound, int elem_bytes) {
+  SampleTopKLayout layout;
+  layout.k = std::min(k_bound, cols);
+  layout.select = PlanTopK(rows, cols, layout.k, elem_bytes);
+  const auto align = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
+  const size_t candidates = static_cast<size_t>(rows * layout.k);
+  layout.values_offset = align(layout.select.workspace_bytes);
+  layout.columns_offset = layout.values_offset + align(candidates * elem_bytes);
+  layout.bytes = layout.columns_offset + candidates * sizeof(int32_t);
+  return layout;
+}
+
 size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int elem_bytes) {
   if (std::strcmp(op, "top_k") == 0) {
     if (rows < 1 || k < 1 || k > kSelectMaxK || k > cols) return 0;  // no kernel launch
     // The launcher aligns the workspace by hand (+16).
     return PlanTopK(rows, cols, k, elem_bytes).workspace_bytes + 16;
+  }
+  if (std::strcmp(op, "sample_top_k") == 0) {
+    if (rows < 1 || cols < 1 || k < 1 || k > kSelectMaxK) return 0;  // no kernel launch
+    return PlanSampleTopK(rows, cols, k, elem_bytes).bytes + 16;
   }
   return kWorkspaceBytes;
 }

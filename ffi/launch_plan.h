@@ -196,9 +196,25 @@ struct SelectPlan {
 // kSelectMaxK), cols <= INT32_MAX.
 SelectPlan PlanTopK(int64_t rows, int64_t cols, int64_t k, int elem_bytes);
 
+// The filtered sampler's top-k path (sample_topk_kernels.h): the select of the k = min(k_bound,
+// cols) first tokens of each row in z's order (PlanTopK's plan: the key width changes no level
+// and no buffer, candidates are 8 bytes whatever the key), written as k values (the logits'
+// bits) and k int32 columns per row into the workspace, which the finish kernel reads. Offsets
+// are 16-byte aligned, from the (hand-aligned) workspace's start.
+struct SampleTopKLayout {
+  SelectPlan select;        // PlanTopK(rows, cols, k, elem_bytes)
+  int64_t k = 0;            // candidates per row: min(k_bound, cols)
+  size_t values_offset = 0;   // [rows, k] logit bits
+  size_t columns_offset = 0;  // [rows, k] int32
+  size_t bytes = 0;           // the whole, without the +16 of the hand alignment
+};
+// 1 <= k_bound <= kSelectMaxK, rows >= 1, 1 <= cols <= INT32_MAX.
+SampleTopKLayout PlanSampleTopK(int64_t rows, int64_t cols, int64_t k_bound, int elem_bytes);
+
 // Workspace bytes of one CUDA handler call of `op` ("argreduce", "max_with_index",
 // "categorical": the split path's bound kWorkspaceBytes, whatever the shape; "top_k": its
-// plan's) over [rows, cols] elements of `elem_bytes` bytes; k is top_k's.
+// plan's; "sample_top_k": the filtered sampler's top-k path, PlanSampleTopK's, k = k_bound)
+// over [rows, cols] elements of `elem_bytes` bytes; k is top_k's.
 size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int elem_bytes);
 
 }  // namespace jax_argreduce

@@ -19,13 +19,23 @@
 // (A bound from the threads' maxima that skips most elements, and a shared list of the
 // threshold digit's items, measured slower at every shape: NOTES.md tries 75-76.)
 //
+// What an element ranks by is a key policy (LogitKeys below: the element's own radix key, top_k's
+// order); another policy may rank each row by a 32-bit key of a per-row function of the element
+// (the filtered sampler's z = logit / T, sample_topk.cuh), while the values written are still
+// the elements' bits. top_k's kernels keep their names and code; the keyed kernels are separate
+// instantiations of the same bodies.
+//
 // Every kernel waits (GridDependencyWait, device.cuh) before its first global access.
 #ifndef JAX_ARGREDUCE_FFI_ROW_SELECT_CUH_
 #define JAX_ARGREDUCE_FFI_ROW_SELECT_CUH_
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <type_traits>
 
 #include <cub/block/block_scan.cuh>
 
@@ -49,6 +59,22 @@ __device__ __forceinline__ uint64_t Candidate(uint32_t key, int64_t col) {
 __device__ __forceinline__ int32_t CandidateColumn(uint64_t candidate) {
   return static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(candidate));
 }
+
+// A key policy: kFormat (the elements'), kBits (the keys' significant bits: <= 32, none of its
+// keys 0, which marks padding), and ForRow(row) (device; read after GridDependencyWait), whose
+// result maps an element's bits to its key. Larger keys come first; equal keys by column.
+// LogitKeys: top_k's, the element's own radix key (order.h, format-width).
+template <Format F>
+struct LogitKeys {
+  static constexpr Format kFormat = F;
+  static constexpr int kBits = RadixTraits<F>::kBits;
+  struct Row {
+    __device__ __forceinline__ uint32_t operator()(typename FormatTraits<F>::Bits bits) const {
+      return RadixKey<F>(bits);
+    }
+  };
+  __device__ __forceinline__ Row ForRow(int64_t) const { return Row{}; }
+};
 
 // Where the last level writes: k values (the input's format) and k columns per row.
 struct SelectOutput {
@@ -191,26 +217,27 @@ __device__ __forceinline__ void StoreCandidates(const SelectShared<kThreads>& sh
 // kVec + j of the chunk (16-byte vectors, u < kE / kVec, j < kVec). Writes the chunk's
 // min(k, its length) first elements as candidates (slots of k per chunk), or, when the row is
 // one chunk (kFinal), the row's sorted answer.
-template <Format F, int kE, bool kFinal>
-__global__ void __launch_bounds__(kSelectThreads)
-    ChunkSelectKernel(const typename FormatTraits<F>::Bits* x, int64_t rows, int32_t cols,
-                      int32_t chunks, int32_t k, uint64_t* candidates, SelectOutput out) {
-  using Bits = typename FormatTraits<F>::Bits;
+// The body of the level-0 kernels (below), after their GridDependencyWait; keys: the policy.
+template <int kE, bool kFinal, class Keys>
+__device__ __forceinline__ void ChunkSelectRows(
+    SelectShared<kSelectThreads>& sh, const Keys& keys,
+    const typename FormatTraits<Keys::kFormat>::Bits* x, int64_t rows, int32_t cols,
+    int32_t chunks, int32_t k, uint64_t* candidates, const SelectOutput& out) {
+  using Bits = typename FormatTraits<Keys::kFormat>::Bits;
   constexpr int kVec = static_cast<int>(sizeof(Vec) / sizeof(Bits));
   constexpr int kVecs = kE / kVec;
   static_assert(kE % kVec == 0, "whole vectors per thread");
-  constexpr int kKeyBits = RadixTraits<F>::kBits;
+  constexpr int kKeyBits = Keys::kBits;
+  static_assert(kKeyBits <= 32, "keys in 32-bit registers");
   constexpr int32_t kChunk = kSelectThreads * kE;
   static_assert(kChunk <= 0xFFFF, "a column within the chunk fits 16 bits");
-  __shared__ SelectShared<kSelectThreads> sh;
-  TriggerDependents();
-  GridDependencyWait();
   const int tid = threadIdx.x;
   for (int64_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
     const int64_t row = b / chunks;
     const int32_t first = static_cast<int32_t>(b % chunks) * kChunk;
     const int32_t len = min(kChunk, cols - first);
     const Bits* src = x + row * cols + first;
+    const auto key_of = keys.ForRow(row);
     // Radix keys; 0 (no element has it) past the chunk's end.
     uint32_t key[kE];
     if (len == kChunk && reinterpret_cast<uintptr_t>(src) % sizeof(Vec) == 0) {
@@ -223,7 +250,7 @@ __global__ void __launch_bounds__(kSelectThreads)
       for (int u = 0; u < kVecs; ++u) {
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          key[u * kVec + j] = RadixKey<F>(reinterpret_cast<const Bits*>(&buf[u])[j]);
+          key[u * kVec + j] = key_of(reinterpret_cast<const Bits*>(&buf[u])[j]);
         }
       }
     } else {  // the row's last chunk, or a row not on a vector boundary: element by element
@@ -232,7 +259,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           const int32_t c = (u * kSelectThreads + tid) * kVec + j;
-          key[u * kVec + j] = c < len ? RadixKey<F>(LoadBits(src + c)) : 0u;
+          key[u * kVec + j] = c < len ? key_of(LoadBits(src + c)) : 0u;
         }
       }
     }
@@ -283,20 +310,42 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
 }
 
+// top_k's level 0 (LogitKeys).
+template <Format F, int kE, bool kFinal>
+__global__ void __launch_bounds__(kSelectThreads)
+    ChunkSelectKernel(const typename FormatTraits<F>::Bits* x, int64_t rows, int32_t cols,
+                      int32_t chunks, int32_t k, uint64_t* candidates, SelectOutput out) {
+  __shared__ SelectShared<kSelectThreads> sh;
+  TriggerDependents();
+  GridDependencyWait();
+  ChunkSelectRows<kE, kFinal>(sh, LogitKeys<F>{}, x, rows, cols, chunks, k, candidates, out);
+}
+
+// Level 0 ranked by another key policy.
+template <class Keys, int kE, bool kFinal>
+__global__ void __launch_bounds__(kSelectThreads)
+    KeyedChunkSelectKernel(Keys keys, const typename FormatTraits<Keys::kFormat>::Bits* x,
+                           int64_t rows, int32_t cols, int32_t chunks, int32_t k,
+                           uint64_t* candidates, SelectOutput out) {
+  __shared__ SelectShared<kSelectThreads> sh;
+  TriggerDependents();
+  GridDependencyWait();
+  ChunkSelectRows<kE, kFinal>(sh, keys, x, rows, cols, chunks, k, candidates, out);
+}
+
 // Levels after the first: block b takes chunk b % chunks of row b / chunks of the candidates
 // (`items` per row, kCandidateChunk per chunk, kCandidateItems per thread: item u *
 // kCandidateThreads + t), and writes its min(k, candidates) largest as candidates, or, at the
 // last level (kFinal, one chunk per row), the row's sorted answer.
-template <Format F, bool kFinal>
-__global__ void __launch_bounds__(kCandidateThreads)
-    CandidateSelectKernel(const uint64_t* in, int64_t rows, int32_t items, int32_t chunks,
-                          int32_t k, uint64_t* candidates,
-                          const typename FormatTraits<F>::Bits* x, int32_t cols,
-                          SelectOutput out) {
-  constexpr int kBitsTotal = RadixTraits<F>::kBits + 32;
-  __shared__ SelectShared<kCandidateThreads> sh;
-  TriggerDependents();
-  GridDependencyWait();
+// (The body of the kernels below, after their GridDependencyWait: candidates of kKeyBits-bit
+// keys.)
+template <int kKeyBits, bool kFinal, class Bits>
+__device__ __forceinline__ void CandidateSelectRows(SelectShared<kCandidateThreads>& sh,
+                                                    const uint64_t* in, int64_t rows,
+                                                    int32_t items, int32_t chunks, int32_t k,
+                                                    uint64_t* candidates, const Bits* x,
+                                                    int32_t cols, const SelectOutput& out) {
+  constexpr int kBitsTotal = kKeyBits + 32;
   const int tid = threadIdx.x;
   for (int64_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
     const int64_t row = b / chunks;
@@ -336,6 +385,119 @@ __global__ void __launch_bounds__(kCandidateThreads)
     }
     __syncthreads();
   }
+}
+
+// top_k's later levels (LogitKeys).
+template <Format F, bool kFinal>
+__global__ void __launch_bounds__(kCandidateThreads)
+    CandidateSelectKernel(const uint64_t* in, int64_t rows, int32_t items, int32_t chunks,
+                          int32_t k, uint64_t* candidates,
+                          const typename FormatTraits<F>::Bits* x, int32_t cols,
+                          SelectOutput out) {
+  __shared__ SelectShared<kCandidateThreads> sh;
+  TriggerDependents();
+  GridDependencyWait();
+  CandidateSelectRows<RadixTraits<F>::kBits, kFinal>(sh, in, rows, items, chunks, k, candidates,
+                                                     x, cols, out);
+}
+
+// Later levels of another key policy (its key width; the candidates carry the keys).
+template <class Keys, bool kFinal>
+__global__ void __launch_bounds__(kCandidateThreads)
+    KeyedCandidateSelectKernel(const uint64_t* in, int64_t rows, int32_t items, int32_t chunks,
+                               int32_t k, uint64_t* candidates,
+                               const typename FormatTraits<Keys::kFormat>::Bits* x,
+                               int32_t cols, SelectOutput out) {
+  __shared__ SelectShared<kCandidateThreads> sh;
+  TriggerDependents();
+  GridDependencyWait();
+  CandidateSelectRows<Keys::kBits, kFinal>(sh, in, rows, items, chunks, k, candidates, x, cols,
+                                           out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host: every level of a plan (launch_plan.h, PlanTopK), each with programmatic dependent launch
+// where `pdl` (the next level's blocks are resident while the last ones of this level finish).
+
+// Compute capability major of `device`, read once per device (PDL needs 9).
+inline cudaError_t CcMajor(int device, int* major) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(device);
+  if (it == cache.end()) {
+    int value = 0;
+    const cudaError_t err =
+        cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor, device);
+    if (err != cudaSuccess) return err;
+    it = cache.emplace(device, value).first;
+  }
+  *major = it->second;
+  return cudaSuccess;
+}
+
+// Blocks of one level: one per (row, chunk), at most what a grid holds (the kernels loop).
+inline int64_t SelectGrid(int64_t rows, int64_t chunks) {
+  return std::min<int64_t>(rows * chunks, int64_t{0x7FFFFFFF});
+}
+
+// One select: rows x cols elements at x (Keys::kFormat), the k first of each row ranked by
+// `keys`, written to `out`; `workspace`: the plan's bytes, 16-byte aligned. LogitKeys launches
+// top_k's own kernels; any other policy the keyed ones, which take it as their first argument.
+template <class Keys>
+cudaError_t LaunchSelectLevels(const Keys& keys, const SelectPlan& plan, cudaStream_t stream,
+                               bool pdl, const void* x_data, int64_t rows, int32_t cols,
+                               int32_t k, char* workspace, const SelectOutput& out) {
+  constexpr Format F = Keys::kFormat;
+  constexpr bool kLogit = std::is_same_v<Keys, LogitKeys<F>>;
+  using Bits = typename FormatTraits<F>::Bits;
+  const Bits* x = static_cast<const Bits*>(x_data);
+  const SelectLevel& first = plan.level[0];
+  uint64_t* first_out = reinterpret_cast<uint64_t*>(workspace + first.out_offset);
+  const bool one_level = plan.levels == 1;
+  auto level0 = [&](auto final_tag, auto e_tag) {
+    constexpr bool kFinal = decltype(final_tag)::value;
+    constexpr int kE = decltype(e_tag)::value;
+    const int64_t grid = SelectGrid(rows, first.chunks);
+    const int32_t chunks = static_cast<int32_t>(first.chunks);
+    if constexpr (kLogit) {
+      return LaunchEx(ChunkSelectKernel<F, kE, kFinal>, grid, kSelectThreads, stream, pdl, x,
+                      rows, cols, chunks, k, first_out, out);
+    } else {
+      return LaunchEx(KeyedChunkSelectKernel<Keys, kE, kFinal>, grid, kSelectThreads, stream,
+                      pdl, keys, x, rows, cols, chunks, k, first_out, out);
+    }
+  };
+  auto level0_e = [&](auto e_tag) {
+    return one_level ? level0(std::true_type{}, e_tag) : level0(std::false_type{}, e_tag);
+  };
+  cudaError_t err = cudaErrorInvalidValue;
+  switch (plan.elements_per_thread) {
+    case 8: err = level0_e(std::integral_constant<int, 8>{}); break;
+    case 16: err = level0_e(std::integral_constant<int, 16>{}); break;
+    case 32: err = level0_e(std::integral_constant<int, 32>{}); break;
+    default: return cudaErrorInvalidConfiguration;
+  }
+  if (err != cudaSuccess) return err;
+  for (int i = 1; i < plan.levels; ++i) {
+    const SelectLevel& level = plan.level[i];
+    const bool last = i == plan.levels - 1;
+    // (if constexpr: top_k's calls instantiate no keyed kernel, nor the sampler's a plain one)
+    auto kernel = [&] {
+      if constexpr (kLogit) {
+        return last ? CandidateSelectKernel<F, true> : CandidateSelectKernel<F, false>;
+      } else {
+        return last ? KeyedCandidateSelectKernel<Keys, true>
+                    : KeyedCandidateSelectKernel<Keys, false>;
+      }
+    }();
+    err = LaunchEx(kernel, SelectGrid(rows, level.chunks), kCandidateThreads, stream, pdl,
+                   reinterpret_cast<const uint64_t*>(workspace + level.in_offset), rows,
+                   static_cast<int32_t>(level.items), static_cast<int32_t>(level.chunks), k,
+                   reinterpret_cast<uint64_t*>(workspace + level.out_offset), x, cols, out);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace row_select
