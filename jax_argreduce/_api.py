@@ -352,67 +352,6 @@ def _key_bits(key, batch_shape, name: str):
   return folded
 
 
-_INT_SCALARS = (int, np.integer)
-_REAL_SCALARS = _INT_SCALARS + (float, np.floating)
-
-
-def _checked_temperature(temperature, name: str):
-  """The temperature to pass on, checked: TypeError if it is not real, ValueError if a concrete
-  one is negative or NaN (a traced one is not checked: documented). Host integers come back as
-  float64 (a jit argument would wrap them past int32), as do object arrays (or lists) of ints
-  and floats."""
-  if temperature is None:
-    return None
-  t_dtype = getattr(temperature, "dtype", None)
-  if t_dtype is None:
-    t_dtype = np.asarray(temperature).dtype
-  if t_dtype == object:
-    # e.g. a Python int past int64 (2**70), alone, in a list or an object array: a float64
-    # temperature, as logits / T would take it. Only of ints and floats (not bools, Fraction,
-    # Decimal, None or str, which jnp refuses too: the TypeError below).
-    flat = np.asarray(temperature, dtype=object).ravel()
-    if all(isinstance(v, _REAL_SCALARS) and not isinstance(v, bool) for v in flat):
-      try:
-        temperature = np.asarray(temperature, np.float64)
-      except OverflowError as e:
-        bits = max((abs(int(v)).bit_length() for v in flat if isinstance(v, _INT_SCALARS)),
-                   default=None)  # only ints overflow float64 (floats past it are inf)
-        raise ValueError(f"{name}: temperature is too large for float64"
-                         + (f" (an integer of {bits} bits)" if bits else "")) from e
-      t_dtype = temperature.dtype
-  if not (jnp.issubdtype(t_dtype, jnp.floating) or jnp.issubdtype(t_dtype, jnp.integer)):
-    raise TypeError(f"{name}: temperature must be a real number or an array of real numbers, "
-                    f"got {type(temperature).__name__}"
-                    + (f" of dtype {temperature.dtype}" if hasattr(temperature, "dtype") else ""))
-  try:  # the value as given (a Python or numpy number stays concrete under an outer jit)
-    with jax.transfer_guard("allow"):  # this check's own read, not the caller's data flow
-      host = np.asarray(temperature)
-  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return temperature
-  as_float = host.astype(np.float64)
-  if np.any(np.isnan(as_float)) or np.any(as_float < 0):
-    raise ValueError(f"{name}: temperature must be >= 0 and not NaN")
-  if not isinstance(temperature, jax.Array) and jnp.issubdtype(host.dtype, jnp.integer):
-    return as_float
-  return temperature
-
-
-def _temperature(temperature, batch_shape, dtype, name: str):
-  """Temperature (checked by _checked_temperature) as ``[1] * n`` (shared) or ``batch_shape``
-  (per row) of the noise's dtype."""
-  shared = (1,) * len(batch_shape)
-  if temperature is None:
-    return jnp.ones(shared, dtype)
-  t = jnp.asarray(temperature, dtype)
-  if t.ndim == 0:
-    return t.reshape(shared)
-  try:
-    return jnp.broadcast_to(t, batch_shape)
-  except ValueError as e:
-    raise ValueError(f"{name}: temperature of shape {t.shape} does not broadcast to the rows "
-                     f"{tuple(batch_shape)}") from e
-
-
 def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, top_p=None,
                 min_p=None, method: str = "auto", axis_name=None):
   """Samples one index per row from ``softmax(logits / temperature)``, in one pass; with
@@ -517,7 +456,7 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
     # XLA path would materialize noise for the whole row (tens of GB).
     raise ValueError(f"{name}: the category axis has {cols} elements; categorical samples "
                      f"rows of at most {_dispatch.INT32_MAX} (2**31 - 1) categories")
-  temperature = _checked_temperature(temperature, name)
+  temperature = _params.check(_params.TEMPERATURE, temperature, name)
   _dispatch.check_method(method)
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)
@@ -549,7 +488,7 @@ def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis
                      empty=f"{name}: attempt to sample from an empty set of categories")
   noise_dtype = np.dtype(np.float64) if logits.dtype == np.float64 else np.dtype(np.float32)
   keys = _key_bits(key, batch_shape, name)
-  t = _temperature(temperature, batch_shape, noise_dtype, name)
+  t = _params.operand(_params.TEMPERATURE, temperature, batch_shape, name, noise_dtype)
   operands = [_params.operand(p, v, batch_shape, name)
               for p, v in zip(_params.FILTERS, (top_k, top_p, min_p))]
   if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
@@ -577,7 +516,7 @@ def _categorical(key, logits, temperature, *, axis: int, method: str, axis_name)
                      empty=f"{name}: attempt to sample from an empty set of categories")
   noise_dtype = np.dtype(np.float64) if logits.dtype == np.float64 else np.dtype(np.float32)
   keys = _key_bits(key, batch_shape, name)
-  t = _temperature(temperature, batch_shape, noise_dtype, name)
+  t = _params.operand(_params.TEMPERATURE, temperature, batch_shape, name, noise_dtype)
   if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
     logits = logits.astype(np.float32)
   if _dispatch.samples_constant(None if axis_name is not None else cols, method):

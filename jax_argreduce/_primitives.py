@@ -327,17 +327,13 @@ def key_prefix(keys_shape, batch) -> int | None:
   return j if all(d == 1 for d in kb[j:]) else None
 
 
-def temperature_per_row(temperature_shape, batch) -> bool:
-  return len(batch) > 0 and tuple(temperature_shape) == tuple(batch)
-
-
 def _categorical_abstract_eval(keys, logits, temperature, offsets, *, index_dtype, method):
   del method
   batch = logits.shape[:-1]
   if key_prefix(keys.shape, batch) is None or keys.dtype != np.uint32:
     raise TypeError(f"categorical_p: keys must be uint32 [*kb, 2] with kb a prefix of the "
                     f"batch shape {batch} padded with ones, got {keys.str_short()}")
-  if not (temperature_per_row(temperature.shape, batch)
+  if not (_params.per_row(temperature.shape, batch)
           or tuple(temperature.shape) == (1,) * len(batch)):
     raise TypeError(f"categorical_p: temperature must have shape {batch} or "
                     f"{(1,) * len(batch)}, got {temperature.str_short()}")
@@ -430,7 +426,7 @@ def _sampler_factors(k_aval, aval, t_aval):
     long_rows = [r for r, d in zip(rows, batch) if not (is_constant_dim(d) and d == 1)] or rows[:1]
     row_dim = long_rows[0] if len(long_rows) == 1 else CompoundFactor(*long_rows)
     key_f, logit_f = (row_dim, "kw"), rows + ("cols",)
-    t_f = (row_dim,) if temperature_per_row(t_aval.shape, batch) else ("nt",)
+    t_f = (row_dim,) if _params.per_row(t_aval.shape, batch) else ("nt",)
   else:
     key_f, logit_f, t_f = ("nk", "kw"), tuple(f"x{i}" for i in range(n)) + ("cols",), ("nt",)
   return [key_f, logit_f, t_f, ("noff",)], [rows, rows]
@@ -485,7 +481,7 @@ def _categorical_partitioned(ctx, keys, logits, temperature, offsets, *, index_d
   if j is None:  # pragma: no cover - the abstract eval rejects it
     return None
   plan = _sharding.sample_plan(mesh, dims, aval.shape, j,
-                               (temperature_per_row(t_aval.shape, aval.shape[:-1]),), index_dtype)
+                               (_params.per_row(t_aval.shape, aval.shape[:-1]),), index_dtype)
 
   def block(k, x, params, o):
     return _categorical_block(k, x, *params, o, index_dtype=index_dtype, method=method,
@@ -529,34 +525,39 @@ def _categorical_lowering(ctx, keys, logits, temperature, offsets, *, index_dtyp
 register_lowerings(categorical_p, _categorical_lowering)
 
 
-def _categorical_batching(batched_args, batch_dims, **params):
-  keys, logits, temperature, offsets = batched_args
-  kb, lb, tb, ob = batch_dims
-  if ob is not None:
-    raise NotImplementedError("categorical: batched offsets are not supported")
-  size = next(a.shape[d] for a, d in zip(batched_args, batch_dims)
-              if d is not None)
-  # The batch becomes the leading batch dimension; every batch element gets its own keys so
-  # that row r of element b draws exactly what it draws unbatched (its counter stays r): keys
-  # [size, *kb, 2] is the prefix form again.
-  if lb is None:
-    logits = jnp.broadcast_to(logits, (size, *logits.shape))
-  elif lb != 0:
-    logits = _xla.moveaxis_exact(logits, lb, 0)
-  keys = (jnp.moveaxis(keys, kb, 0) if kb is not None
-          else jnp.broadcast_to(keys, (size, *keys.shape)))
-  batch = logits.shape[:-1]
-  if tb is not None:
-    temperature = jnp.broadcast_to(jnp.moveaxis(temperature, tb, 0), batch)
-  elif temperature_per_row(temperature.shape, batch[1:]):
-    temperature = jnp.broadcast_to(temperature, batch)
-  else:  # shared: [1] * (n + 1)
-    temperature = temperature.reshape((1,) * len(batch))
-  outs = categorical_p.bind(keys, logits, temperature, offsets, **params)
-  return outs, [0, 0]
+def sampler_batching(primitive):
+  """The batching rule of a sampler primitive whose operands are (keys, logits, *row
+  parameters, offsets) (categorical_p: the temperature; filtered_categorical_p: temperature
+  and the filters). The batch becomes the leading batch dimension; every batch element gets its
+  own keys so that row r of element b draws exactly what it draws unbatched (its counter stays
+  r): keys [size, *kb, 2] is the prefix form again. Row parameters stay shared ([1] * (n + 1))
+  unless batched or per row."""
+  def rule(batched_args, batch_dims, **params):
+    keys, logits, *row_params, offsets = batched_args
+    kb, lb, *pb, ob = batch_dims
+    if ob is not None:
+      raise NotImplementedError("categorical: batched offsets are not supported")
+    size = next(a.shape[d] for a, d in zip(batched_args, batch_dims) if d is not None)
+    if lb is None:
+      logits = jnp.broadcast_to(logits, (size, *logits.shape))
+    elif lb != 0:
+      logits = _xla.moveaxis_exact(logits, lb, 0)
+    keys = (jnp.moveaxis(keys, kb, 0) if kb is not None
+            else jnp.broadcast_to(keys, (size, *keys.shape)))
+    batch = logits.shape[:-1]
+    out = []
+    for a, d in zip(row_params, pb):
+      if d is not None:
+        out.append(jnp.broadcast_to(jnp.moveaxis(a, d, 0), batch))
+      elif _params.per_row(a.shape, batch[1:]):
+        out.append(jnp.broadcast_to(a, batch))
+      else:
+        out.append(a.reshape((1,) * len(batch)))
+    return primitive.bind(keys, logits, *out, offsets, **params), [0, 0]
+  return rule
 
 
-batching.primitive_batchers[categorical_p] = _categorical_batching
+batching.primitive_batchers[categorical_p] = sampler_batching(categorical_p)
 
 
 def _categorical_jvp(primals, tangents, **params):
@@ -883,32 +884,7 @@ def _filtered_lowering(ctx, keys, logits, temperature, top_k, top_p, min_p, offs
 register_lowerings(filtered_categorical_p, _filtered_lowering)
 
 
-def _filtered_batching(batched_args, batch_dims, **params):
-  keys, logits, *row_params, offsets = batched_args
-  kb, lb, *pb, ob = batch_dims
-  if ob is not None:
-    raise NotImplementedError("categorical: batched offsets are not supported")
-  size = next(a.shape[d] for a, d in zip(batched_args, batch_dims) if d is not None)
-  # As categorical's: the batch leads, every element its own keys (its rows' counters kept).
-  if lb is None:
-    logits = jnp.broadcast_to(logits, (size, *logits.shape))
-  elif lb != 0:
-    logits = _xla.moveaxis_exact(logits, lb, 0)
-  keys = (jnp.moveaxis(keys, kb, 0) if kb is not None
-          else jnp.broadcast_to(keys, (size, *keys.shape)))
-  batch = logits.shape[:-1]
-  out = []
-  for a, d in zip(row_params, pb):
-    if d is not None:
-      out.append(jnp.broadcast_to(jnp.moveaxis(a, d, 0), batch))
-    elif _params.per_row(a.shape, batch[1:]):
-      out.append(jnp.broadcast_to(a, batch))
-    else:
-      out.append(a.reshape((1,) * len(batch)))
-  return filtered_categorical_p.bind(keys, logits, *out, offsets, **params), [0, 0]
-
-
-batching.primitive_batchers[filtered_categorical_p] = _filtered_batching
+batching.primitive_batchers[filtered_categorical_p] = sampler_batching(filtered_categorical_p)
 
 
 def _filtered_jvp(primals, tangents, **params):

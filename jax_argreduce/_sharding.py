@@ -368,9 +368,10 @@ def sample_block(plan: SamplePlan, keys, logits, params, offsets, local_sample):
   """Inside the shard_map of a plan (blocks as its specs split them): this block's global
   (noisy maximum, index) ``[values, indices]``. ``params``: the row parameters (a tuple, as
   ``plan.per_row``). ``local_sample(keys, logits, params, offsets)`` gives the (noisy maximum,
-  local index) of the sampler on a block (``offsets`` its global (row, column) counters): one call where the block's rows of
-  each key are consecutive counters, else one per run (``lax.map``, sequential); a split
-  vocabulary then exchanges its ``[rows, shards]`` pairs once (:func:`exchange`)."""
+  local index) of the sampler on a block (``offsets`` its global (row, column) counters): one
+  call where the block's rows of each key are consecutive counters, else one per run
+  (``lax.map``, sequential); a split vocabulary then exchanges its ``[rows, shards]`` pairs once
+  (:func:`exchange`)."""
   row_dims, k_names, local, n = plan.row_dims, plan.k_names, plan.local, len(plan.local)
   j, m, cols = plan.j, plan.m, plan.cols
 
