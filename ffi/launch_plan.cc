@@ -214,6 +214,9 @@ size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int
     if (rows < 1 || cols < 1 || k < 1 || k > kSelectMaxK) return 0;  // no kernel launch
     return PlanSampleTopK(rows, cols, k, elem_bytes).bytes + 16;
   }
+  if (std::strcmp(op, "filtered_categorical") == 0 && UsesSampleTopK(cols, k, elem_bytes)) {
+    return WorkspaceBytes("sample_top_k", rows, cols, k, elem_bytes);
+  }
   return kWorkspaceBytes;
 }
 

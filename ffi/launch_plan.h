@@ -211,9 +211,18 @@ struct SampleTopKLayout {
 // 1 <= k_bound <= kSelectMaxK, rows >= 1, 1 <= cols <= INT32_MAX.
 SampleTopKLayout PlanSampleTopK(int64_t rows, int64_t cols, int64_t k_bound, int elem_bytes);
 
+// Whether a filtered_categorical call takes the top-k path (a select of k_bound candidates per
+// row, then the filters and the draw on them) rather than the generic one: k_bound > 0 promises
+// every row's top_k in [1, k_bound]; the select takes 16- and 32-bit formats and k <= its
+// maximum, and k_bound >= cols leaves nothing to select.
+inline bool UsesSampleTopK(int64_t cols, int64_t k_bound, int elem_bytes) {
+  return k_bound >= 1 && k_bound <= kSelectMaxK && k_bound < cols && elem_bytes <= 4;
+}
+
 // Workspace bytes of one CUDA handler call of `op` ("argreduce", "max_with_index",
 // "categorical": the split path's bound kWorkspaceBytes, whatever the shape; "top_k": its
-// plan's; "sample_top_k": the filtered sampler's top-k path, PlanSampleTopK's, k = k_bound)
+// plan's; "sample_top_k": the filtered sampler's top-k path, PlanSampleTopK's, k = k_bound;
+// "filtered_categorical": that where UsesSampleTopK, else the split path's bound)
 // over [rows, cols] elements of `elem_bytes` bytes; k is top_k's.
 size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int elem_bytes);
 

@@ -815,9 +815,14 @@ def _filtered_block(keys, logits, temperature, top_k, top_p, min_p, offsets, *, 
                                          index_dtype=index_dtype, method=method)
   flat_keys = keys.reshape(math.prod(keys.shape[:-1]), 2)
   flat_params = [p.reshape(math.prod(p.shape)) for p in params]
+  workspace = None
+  if platform == "cuda" and is_constant_shape(aval.shape):  # the top-k path's candidates
+    workspace = _ffi.cuda_workspace_bytes("filtered_categorical", math.prod(aval.shape[:-1]),
+                                          aval.shape[-1], k_bound, aval.dtype.itemsize)
   return call_handler("filtered_categorical", platform,
                       [flat_keys, logits, *flat_params, offsets], avals_out,
-                      *_filtered_factors(k_aval, aval, param_avals), k_bound=np.int64(k_bound))
+                      *_filtered_factors(k_aval, aval, param_avals), workspace_bytes=workspace,
+                      k_bound=np.int64(k_bound))
 
 
 def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound, platform):
