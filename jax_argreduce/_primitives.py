@@ -619,7 +619,8 @@ def _filtered_lowering(ctx, keys, logits, temperature, top_k, top_p, min_p, offs
   del t_aval
   return lower_handler(flat_ctx, "filtered_categorical", platform,
                        [keys, logits, *params, offsets],
-                       [key_f, logit_f, *param_f, ("noff",)], [rows, rows])
+                       [key_f, logit_f, *param_f, ("noff",)], [rows, rows],
+                       k_bound=np.int64(0))
 
 
 register_lowerings(filtered_categorical_p, _filtered_lowering)
