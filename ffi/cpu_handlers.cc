@@ -122,12 +122,8 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
   if (!view.has_value()) return view.error();
   auto sampler = DecodeSampler(*view, keys, temperature, offsets, &*noisy_max, op);
   if (!sampler.has_value()) return sampler.error();
-  auto k = DecodeRowParam<int32_t>(top_k, ffi::DataType::S32, view->rows, "top_k", op);
-  if (!k.has_value()) return k.error();
-  auto p = DecodeRowParam<float>(top_p, ffi::DataType::F32, view->rows, "top_p", op);
-  if (!p.has_value()) return p.error();
-  auto m = DecodeRowParam<float>(min_p, ffi::DataType::F32, view->rows, "min_p", op);
-  if (!m.has_value()) return m.error();
+  auto filters = DecodeSampleFilters(top_k, top_p, min_p, view->rows, op);
+  if (!filters.has_value()) return filters.error();
   const NoisyMaxEpilogue epilogue{indices->untyped_data(),
                                   indices->element_type() == ffi::DataType::S64,
                                   noisy_max->untyped_data()};
@@ -147,9 +143,9 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
       const ScopedIeeeSubnormals ieee;  // per thread: the pool's threads too
       SampleScratch scratch;
       for (int64_t r = begin; r < end; ++r) {
-        const RowFilters filters{(*k)[r], (*p)[r], (*m)[r]};
+        const RowFilters f{filters->top_k[r], filters->top_p[r], filters->min_p[r]};
         const auto* row = data + r * view->cols;
-        epilogue(r, Sampler::SampleRow(row, view->cols, policy.ForRow(r), filters, scratch), row);
+        epilogue(r, Sampler::SampleRow(row, view->cols, policy.ForRow(r), f, scratch), row);
       }
     }, kFilteredElementsPerTask);
   });

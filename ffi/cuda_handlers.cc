@@ -19,8 +19,10 @@
 
 #include "argreduce_kernels.h"
 #include "categorical_kernels.h"
-#include "top_k_kernels.h"
 #include "ffi_common.h"
+#include "sample_kernels.h"
+#include "sample_topk_kernels.h"
+#include "top_k_kernels.h"
 #include "handlers.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -199,6 +201,82 @@ ffi::Error TopKCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
+// The filtered sampler: no workspace (one block per row keeps its state in shared memory), but
+// the lowering adds one to every CUDA call: accepted and left alone.
+ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer keys,
+                                       ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
+                                       ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
+                                       ffi::AnyBuffer min_p, ffi::AnyBuffer offsets,
+                                       ffi::Result<ffi::AnyBuffer> noisy_max,
+                                       ffi::Result<ffi::AnyBuffer> indices,
+                                       ffi::Result<ffi::AnyBuffer> workspace, int64_t k_bound) {
+  const std::string op = "jax_argreduce filtered categorical (cuda)";
+  auto view = DecodeRows(logits, *indices, nullptr, op);
+  if (!view.has_value()) return view.error();
+  auto sampler = DecodeSampler(*view, keys, temperature, offsets, &*noisy_max, op);
+  if (!sampler.has_value()) return sampler.error();
+  auto filters = DecodeSampleFilters(top_k, top_p, min_p, view->rows, op);
+  if (!filters.has_value()) return filters.error();
+  if (k_bound < 0) {
+    return ffi::Error::InvalidArgument(op + ": k_bound must be >= 0, got " +
+                                       std::to_string(k_bound));
+  }
+  if (UsesSampleTopK(view->cols, k_bound, FormatBytes(view->format))) {
+    // Every row's top_k is in [1, k_bound]: k_bound candidates per row from the select, then
+    // the filters and the draw on them (sample_topk_kernels.h).
+    SampleTopKLaunch launch;
+    launch.stream = stream;
+    launch.device = device;
+    launch.options = CurrentPlanOptions();
+    launch.format = view->format;
+    launch.logits = view->data;
+    launch.rows = view->rows;
+    launch.cols = view->cols;
+    launch.k_bound = k_bound;
+    launch.keys = static_cast<const uint32_t*>(keys.untyped_data());
+    launch.num_keys = sampler->num_keys;
+    launch.temperature = RowParam<float>{static_cast<const float*>(temperature.untyped_data()),
+                                         sampler->temperature_per_row};
+    launch.top_k = filters->top_k;
+    launch.top_p = filters->top_p;
+    launch.min_p = filters->min_p;
+    launch.offsets =
+        sampler->has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr;
+    launch.noisy_max = noisy_max->untyped_data();
+    launch.indices = indices->untyped_data();
+    launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
+    launch.workspace = workspace->untyped_data();
+    launch.workspace_bytes = workspace->size_bytes();
+    const cudaError_t err = OnDevice(device, [&] { return LaunchSampleTopK(launch); });
+    return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
+  }
+  FilteredSampleLaunch launch;
+  launch.stream = stream;
+  launch.device = device;
+  launch.format = view->format;
+  launch.keys = static_cast<const uint32_t*>(keys.untyped_data());
+  launch.num_keys = sampler->num_keys;
+  launch.logits = view->data;
+  launch.rows = view->rows;
+  launch.cols = view->cols;
+  launch.temperature = temperature.untyped_data();
+  launch.temperature_per_row = sampler->temperature_per_row;
+  launch.top_k = filters->top_k.data;
+  launch.top_k_per_row = filters->top_k.per_row;
+  launch.top_p = filters->top_p.data;
+  launch.top_p_per_row = filters->top_p.per_row;
+  launch.min_p = filters->min_p.data;
+  launch.min_p_per_row = filters->min_p.per_row;
+  launch.k_bound = k_bound;
+  launch.offsets =
+      sampler->has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr;
+  launch.indices = indices->untyped_data();
+  launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
+  launch.noisy_max = noisy_max->untyped_data();
+  const cudaError_t err = OnDevice(device, [&] { return LaunchFilteredSample(launch); });
+  return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
+}
+
 }  // namespace
 
 const XLA_FFI_TypeInfo kCallSiteStateTypeInfo = {XLA_FFI_TypeInfo_STRUCT_SIZE, nullptr,
@@ -253,6 +331,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TopKCuda, TopKCudaImpl,
                                   .Ret<ffi::AnyBuffer>()      // indices: [..., k] int32/int64
                                   .Ret<ffi::AnyBuffer>()      // workspace: uint8 bytes
                                   .Attr<int64_t>("k"),        // 1 <= k <= min(cols, 1024)
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCuda, FilteredCategoricalCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
+                                  .Ctx<ffi::DeviceOrdinal>()  // the stream's device
+                                  .Arg<ffi::AnyBuffer>()      // keys: [num_keys, 2] uint32
+                                  .Arg<ffi::AnyBuffer>()      // logits: [..., cols] floats
+                                  .Arg<ffi::AnyBuffer>()      // temperature: [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // top_k: int32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // top_p: float32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // min_p: float32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // offsets: [2] int32, or [0]
+                                  .Ret<ffi::AnyBuffer>()      // noisy_max: [...] float32/64
+                                  .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
+                                  .Ret<ffi::AnyBuffer>()      // workspace: the top-k path's
+                                  .Attr<int64_t>("k_bound"),  // > 0: every top_k in [1, it]
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_argreduce

@@ -170,6 +170,27 @@ xla::ffi::ErrorOr<RowParam<T>> DecodeRowParam(const xla::ffi::AnyBuffer& buffer,
   return RowParam<T>{static_cast<const T*>(buffer.untyped_data()), count != 1};
 }
 
+// The filtered sampler's three filters (top_k int32, top_p and min_p float32), each with 1 or
+// `rows` elements: the CPU and CUDA handlers' one decoding.
+struct SampleFilters {
+  RowParam<int32_t> top_k;
+  RowParam<float> top_p;
+  RowParam<float> min_p;
+};
+inline xla::ffi::ErrorOr<SampleFilters> DecodeSampleFilters(const xla::ffi::AnyBuffer& top_k,
+                                                            const xla::ffi::AnyBuffer& top_p,
+                                                            const xla::ffi::AnyBuffer& min_p,
+                                                            int64_t rows, const std::string& op) {
+  namespace ffi = xla::ffi;
+  auto k = DecodeRowParam<int32_t>(top_k, ffi::DataType::S32, rows, "top_k", op);
+  if (!k.has_value()) return ffi::Unexpected(k.error());
+  auto p = DecodeRowParam<float>(top_p, ffi::DataType::F32, rows, "top_p", op);
+  if (!p.has_value()) return ffi::Unexpected(p.error());
+  auto m = DecodeRowParam<float>(min_p, ffi::DataType::F32, rows, "min_p", op);
+  if (!m.has_value()) return ffi::Unexpected(m.error());
+  return SampleFilters{*k, *p, *m};
+}
+
 }  // namespace jax_argreduce
 
 #endif  // JAX_ARGREDUCE_FFI_FFI_COMMON_H_

@@ -13,7 +13,8 @@ namespace jax_argreduce {
 // categorical: (keys, logits, temperature, offsets) -> (noisy_max, indices).
 // top_k: x -> (values, indices), k per row. Attribute k.
 // filtered categorical: (keys, logits, temperature, top_k, top_p, min_p, offsets) ->
-// (noisy_max, indices).
+// (noisy_max, indices). Attribute k_bound (> 0: every row's top_k is in [1, k_bound]; the CPU
+// handler ignores it).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCpu);
@@ -37,6 +38,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(TopKCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(FilteredCategoricalCuda);
 #endif
 
 }  // namespace jax_argreduce

@@ -131,6 +131,7 @@ NB_MODULE(_argreduce, m) {
     add("max_with_index", "cuda", MaxWithIndexCuda, InstantiateCuda);
     add("categorical", "cuda", CategoricalCuda, InstantiateCuda);
     add("top_k", "cuda", TopKCuda, nullptr);
+    add("filtered_categorical", "cuda", FilteredCategoricalCuda, nullptr);
 #endif
     return targets;
   }, "FFI targets: [(op, platform, target name, {stage: handler capsule})].");

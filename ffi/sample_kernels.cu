@@ -1,0 +1,387 @@
+// The filtered sampler on CUDA (SPEC §1f): for every row, exactly the (index, noisy key) of
+// FilteredSamplerCpu<F>::SampleRow (cpu_sample.h), the reference semantics; the rules are
+// sample_filter.h's, on the same host+device arithmetic (exact_math.h, categorical.h).
+//
+// One block per row (blocks loop over rows), every pass inside the block, no workspace: a
+// row's tokens are read again for each pass (from L2 for rows of a few hundred thousand
+// tokens). A row that is filtered:
+//   (a) the top z: a block reduce of (z's order key, column) pairs (order.h: NaN first, larger
+//       first, the lowest column among ties) gives z_max; a NaN or -inf top is drawn alone;
+//   (b) top-k: the k-th token of the z order as a (radix key, column) bar. A radix descent over
+//       z's radix key, kDigitBits per level from the top, counts each level's digits in shared
+//       memory and picks the digit holding the needed-th token (a block scan of the counts from
+//       the top digit down); at the full key, the needed-th tied token in column order is found
+//       by a block scan of per-thread counts over contiguous column chunks;
+//   (c) top-p: the total mass S of the top-k set (integer masses, exact in any order), then the
+//       same descent with per-digit mass sums (64-bit shared atomics) down to the full key of
+//       the last kept token: the digit where MassBelow(before, p, S) turns false within it.
+//       Ties of that key have equal masses, so how many of them are kept follows from their
+//       count alone (the exact predicate, by bisection), and their last column from a scan as
+//       in (b). That bar is within the top-k set, so it is the kept prefix's end;
+//   (d) min-p: a per-token predicate, RelativeMass(z, z_max) >= min_p (E is non-increasing in
+//       the z order, so this is cpu_sample.h's prefix);
+//   (e) the draw: the best NoisyKey over the kept tokens (CombinePairs: ties to the lowest
+//       column); none kept (traced p <= 0 or min_p > 1) draws the top token alone.
+// A T == 0 row is the argmax of its logits, a row without an active filter categorical's plain
+// draw, both as cpu_sample.h computes them.
+//
+// Every reduction is a total order or an integer sum, so the result does not depend on the
+// block size or on the order the threads visit the tokens. No programmatic dependent launch:
+// the kernel reads its inputs from its first instruction on.
+#include "sample_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include <cub/block/block_scan.cuh>
+
+#include "categorical.h"
+#include "device.cuh"
+#include "exact_math.h"
+#include "row_param.h"
+#include "sample_filter.h"
+
+namespace jax_argreduce {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kDigitBits = 11;
+constexpr int kBins = 1 << kDigitBits;
+constexpr int kBinsPerThread = kBins / kThreads;
+static_assert(kBins % kThreads == 0, "each thread scans whole bins");
+
+// The last kept token of a prefix of the z order: tokens (key, col) after it are dropped.
+// {0, cols}: no token is after it (every radix key is above 0, order.h).
+struct Bar {
+  uint64_t key;
+  int64_t col;
+};
+__device__ __forceinline__ bool After(const Bar& bar, uint64_t key, int64_t col) {
+  return bar.key > key || (bar.key == key && bar.col < col);
+}
+
+__device__ __forceinline__ int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Whether `key` agrees with `prefix` on its bits from `low` up (all keys do when low >= 64).
+__device__ __forceinline__ bool SameHigh(uint64_t key, uint64_t prefix, int low) {
+  return low >= 64 || ((key ^ prefix) >> low) == 0;
+}
+
+struct Params {
+  const uint32_t* keys;
+  int64_t num_keys;
+  const void* logits;
+  int64_t rows;
+  int64_t cols;
+  const void* temperature;
+  bool temperature_per_row;
+  RowParam<int32_t> top_k;
+  RowParam<float> top_p;
+  RowParam<float> min_p;
+  const int32_t* offsets;
+  NoisyMaxEpilogue epilogue;
+};
+
+template <Format F>
+struct RowSampler {
+  using Policy = GumbelKeyPolicy<F>;
+  using Row = typename Policy::Row;
+  using Bits = typename Policy::Bits;
+  using Noise = typename Policy::Noise;
+  using Key = typename Policy::Key;
+  using Pair = ArgPair<Key>;
+  static constexpr int kKeyBits = 8 * sizeof(Noise);
+
+  struct Shared {
+    union {
+      uint32_t count[kBins];
+      unsigned long long mass[kBins];
+    } hist;
+    union {
+      typename cub::BlockScan<uint32_t, kThreads>::TempStorage count;
+      typename cub::BlockScan<unsigned long long, kThreads>::TempStorage mass;
+    } scan;
+    Pair pair;                // a reduce's result, for every thread
+    unsigned long long sum;   // a block sum, for every thread
+    uint32_t digit;           // a descent level's digit,
+    unsigned long long above;  // what the digits above it hold,
+    unsigned long long bin;   // and what it holds
+    int64_t col;              // a tie's column
+  };
+
+  Shared& sh;
+  const Bits* x;
+  int64_t cols;
+  const Row& r;
+
+  // z's radix key (order.h: NaN largest, then larger z), as cpu_sample.h's SortKey.
+  __device__ static uint64_t SortKey(Noise z) {
+    return static_cast<uint64_t>(RadixKey<Policy::kNoiseFormat>(gumbel_detail::AsBits(z)));
+  }
+
+  // MassFixed(RelativeMass(z, z_max)); a difference below -24 has E < 2^-34 (exp is
+  // correctly rounded and monotone), so its mass is 0 without the exp.
+  __device__ static uint64_t MassOf(Noise z, Noise z_max) {
+    if (z < z_max && static_cast<float>(gumbel_detail::Sub(z, z_max)) < -24.0f) return 0;
+    return MassFixed(RelativeMass(z, z_max));
+  }
+
+  template <class Fn>
+  __device__ void ForEach(Fn&& fn) const {
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) fn(c, r.Scaled(x[c]));
+  }
+
+  // The block's best pair (CombinePairs), in every thread.
+  __device__ Pair AllBest(Pair v) {
+    v = device::BlockReduce<kThreads>(v, CombinePairs{}, Pair::Identity());
+    if (threadIdx.x == 0) sh.pair = v;
+    __syncthreads();
+    return sh.pair;
+  }
+  __device__ unsigned long long AllSum(unsigned long long v) {
+    v = device::BlockReduce<kThreads>(v, [](unsigned long long a, unsigned long long b) {
+      return a + b;
+    }, 0ull);
+    if (threadIdx.x == 0) sh.sum = v;
+    __syncthreads();
+    return sh.sum;
+  }
+
+  __device__ Pair Draw(int64_t col) const {
+    return Pair{NoisyKey<F>(r, r.Scaled(x[col]), col), static_cast<int32_t>(col)};
+  }
+
+  // T == 0: the argmax of the logits, the key of the winning logit as the noisy maximum.
+  __device__ Pair Argmax() {
+    Pair best = Pair::Identity();
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+      best = Combine(best, Pair{Row::KeyOf(categorical_detail::Widen<F>(x[c])),
+                                static_cast<int32_t>(c)});
+    }
+    return AllBest(best);
+  }
+
+  // The plain draw over every token, or over the tokens at or before `bar` that min-p keeps
+  // (min_p > 0); the identity when none is.
+  __device__ Pair DrawKept(const Bar& bar, float min_p, Noise z_max) {
+    Pair best = Pair::Identity();
+    ForEach([&](int64_t c, Noise z) {
+      if (After(bar, SortKey(z), c)) return;
+      if (min_p > 0.0f && !(RelativeMass(z, z_max) >= min_p)) return;
+      best = Combine(best, Pair{NoisyKey<F>(r, z, c), static_cast<int32_t>(c)});
+    });
+    return AllBest(best);
+  }
+
+  // One descent level's digit: in[d] for the digits d of the level (kBins of them, unused ones
+  // 0), taken from the top digit down; `crosses(above, through)` is true for exactly one digit,
+  // given what the digits above it hold and what they hold with it. Sets sh.digit, sh.above,
+  // sh.bin; ends with a barrier.
+  template <class T, class Crosses>
+  __device__ void PickDigit(const T* in, typename cub::BlockScan<T, kThreads>::TempStorage& scan,
+                            const Crosses& crosses) {
+    T v[kBinsPerThread], through[kBinsPerThread];
+#pragma unroll
+    for (int i = 0; i < kBinsPerThread; ++i) {
+      v[i] = in[kBins - 1 - (threadIdx.x * kBinsPerThread + i)];
+    }
+    cub::BlockScan<T, kThreads>(scan).InclusiveSum(v, through);
+#pragma unroll
+    for (int i = 0; i < kBinsPerThread; ++i) {
+      if (crosses(through[i] - v[i], through[i])) {
+        sh.digit = kBins - 1 - (threadIdx.x * kBinsPerThread + i);
+        sh.above = through[i] - v[i];
+        sh.bin = v[i];
+      }
+    }
+    __syncthreads();
+  }
+
+  // The column of the needed-th token (in column order, 1-based) among those with radix key
+  // `key` that `member(c)` admits, where needed = needed_of(their count): each thread counts
+  // the tokens of a contiguous chunk of columns, a block scan orders the chunks, and the chunk
+  // holding it is walked again.
+  template <class Member, class NeededOf>
+  __device__ int64_t TieColumn(uint64_t key, const Member& member, const NeededOf& needed_of) {
+    using Scan = cub::BlockScan<uint32_t, kThreads>;
+    const int64_t chunk = (cols + kThreads - 1) / kThreads;
+    const int64_t begin = Min(cols, threadIdx.x * chunk);
+    const int64_t end = Min(cols, begin + chunk);
+    auto tied = [&](int64_t c) { return SortKey(r.Scaled(x[c])) == key && member(c); };
+    uint32_t mine = 0;
+    for (int64_t c = begin; c < end; ++c) mine += tied(c) ? 1u : 0u;
+    uint32_t before = 0, total = 0;
+    Scan(sh.scan.count).ExclusiveSum(mine, before, total);
+    const uint32_t needed = needed_of(total);
+    if (before < needed && needed <= before + mine) {
+      uint32_t seen = before;
+      for (int64_t c = begin; c < end; ++c) {
+        if (tied(c) && ++seen == needed) {
+          sh.col = c;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+    return sh.col;
+  }
+
+  // top-k's bar: the k-th token of the z order (1 <= k < cols).
+  __device__ Bar TopKBar(uint32_t k) {
+    uint32_t needed = k;  // the place of the bar among the tokens of the current bucket
+    uint64_t prefix = 0;
+    for (int low = kKeyBits; low > 0;) {
+      const int width = low < kDigitBits ? low : kDigitBits;
+      const int shift = low - width;
+      const uint64_t mask = (uint64_t{1} << width) - 1;
+      for (int i = threadIdx.x; i < kBins; i += kThreads) sh.hist.count[i] = 0;
+      __syncthreads();
+      ForEach([&](int64_t, Noise z) {
+        const uint64_t key = SortKey(z);
+        if (SameHigh(key, prefix, low)) atomicAdd(&sh.hist.count[(key >> shift) & mask], 1u);
+      });
+      __syncthreads();
+      PickDigit(sh.hist.count, sh.scan.count, [&](uint32_t above, uint32_t through) {
+        return above < needed && through >= needed;
+      });
+      prefix |= static_cast<uint64_t>(sh.digit) << shift;
+      needed -= static_cast<uint32_t>(sh.above);
+      low = shift;
+    }
+    const int64_t col = TieColumn(prefix, [](int64_t) { return true; },
+                                  [needed](uint32_t) { return needed; });
+    return Bar{prefix, col};
+  }
+
+  // top-p's bar within the set at or before `set` (top-k's bar, or {0, cols}): the last token
+  // whose mass before it, over the set, is below p of the set's mass. 0 < p < 1 here.
+  __device__ Bar TopPBar(const Bar& set, float p, Noise z_max, const Bar& top) {
+    const uint64_t total = AllSum([&] {
+      unsigned long long sum = 0;
+      ForEach([&](int64_t c, Noise z) {
+        if (!After(set, SortKey(z), c)) sum += MassOf(z, z_max);
+      });
+      return sum;
+    }());
+    // The first token has nothing before it: kept iff 0 < p * total, so p <= 0 (a traced
+    // value) keeps only the top token, as cpu_sample.h.
+    if (!MassBelow(0, p, total)) return top;
+    uint64_t before = 0;  // the set's mass above the current bucket (kept: below p * total)
+    uint64_t prefix = 0;
+    for (int low = kKeyBits; low > 0;) {
+      const int width = low < kDigitBits ? low : kDigitBits;
+      const int shift = low - width;
+      const uint64_t mask = (uint64_t{1} << width) - 1;
+      for (int i = threadIdx.x; i < kBins; i += kThreads) sh.hist.mass[i] = 0;
+      __syncthreads();
+      ForEach([&](int64_t c, Noise z) {
+        const uint64_t key = SortKey(z);
+        if (!SameHigh(key, prefix, low) || After(set, key, c)) return;
+        const uint64_t w = MassOf(z, z_max);
+        if (w != 0) atomicAdd(&sh.hist.mass[(key >> shift) & mask], w);
+      });
+      __syncthreads();
+      // The bucket's first token is kept (the mass before it is `before`), and the mass
+      // through its last one is not below p * total (the bucket was picked so; at the top,
+      // total itself), so exactly one digit holds the crossing: the first token after it
+      // has a mass before it that is not below p * total, and every earlier one is kept.
+      PickDigit(sh.hist.mass, sh.scan.mass,
+                [&](unsigned long long above, unsigned long long through) {
+                  return MassBelow(before + above, p, total) &&
+                         !MassBelow(before + through, p, total);
+                });
+      prefix |= static_cast<uint64_t>(sh.digit) << shift;
+      before += sh.above;
+      low = shift;
+    }
+    const uint64_t tie_mass = sh.bin;  // the set's tokens of key `prefix`, all of equal mass
+    const int64_t col = TieColumn(
+        prefix, [&](int64_t c) { return !After(set, prefix, c); },
+        [&](uint32_t n) {
+          // The j-th tie (from 0) has before + j * w before it: the count kept is the largest
+          // j + 1 whose j passes (j = 0 does).
+          const uint64_t w = tie_mass / n;
+          uint32_t lo = 1, hi = n;
+          while (lo < hi) {
+            const uint32_t mid = lo + (hi - lo + 1) / 2;
+            if (MassBelow(before + (mid - 1) * w, p, total)) lo = mid;
+            else hi = mid - 1;
+          }
+          return lo;
+        });
+    return Bar{prefix, col};
+  }
+
+  __device__ Pair Sample(const RowFilters& f) {
+    if (r.greedy) return Argmax();  // T == 0: argmax, whatever the filters
+    if (!f.Any(cols)) return DrawKept(Bar{0, cols}, 0.0f, Noise(0));
+    Pair top = Pair::Identity();
+    ForEach([&](int64_t c, Noise z) {
+      top = Combine(top, Pair{Row::KeyOf(z), static_cast<int32_t>(c)});
+    });
+    top = AllBest(top);
+    const Noise z_max = r.Scaled(x[top.index]);
+    // A NaN wins as in argmax; a top of -inf means every token is -inf: the first.
+    if (z_max != z_max || z_max == -Noise(INFINITY)) return Draw(top.index);
+    const Bar top_bar{SortKey(z_max), top.index};
+    Bar bar{0, cols};
+    if (f.HasTopK(cols)) bar = TopKBar(static_cast<uint32_t>(f.k));
+    if (f.HasTopP()) bar = TopPBar(bar, f.p, z_max, top_bar);
+    const Pair best = DrawKept(bar, f.HasMinP() ? f.min_p : 0.0f, z_max);
+    // The top token is kept by any filter in range; traced values out of range (min_p > 1)
+    // may keep nothing: the top token.
+    return best.key == KeyLimits<Key>::kLowest ? Draw(top.index) : best;
+  }
+};
+
+template <Format F>
+__global__ void __launch_bounds__(kThreads) FilteredSampleKernel(Params p) {
+  using Sampler = RowSampler<F>;
+  using Policy = typename Sampler::Policy;
+  __shared__ typename Sampler::Shared sh;
+  const Policy policy{p.keys, p.rows / p.num_keys,
+                      static_cast<const typename Policy::Noise*>(p.temperature),
+                      p.temperature_per_row, p.offsets};
+  const auto* logits = static_cast<const typename Policy::Bits*>(p.logits);
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const typename Policy::Row r = policy.ForRow(row);
+    const RowFilters filters{p.top_k[row], p.top_p[row], p.min_p[row]};
+    const auto* x = logits + row * p.cols;
+    Sampler sampler{sh, x, p.cols, r};
+    const auto best = sampler.Sample(filters);
+    if (threadIdx.x == 0) p.epilogue(row, best, x);
+    __syncthreads();  // the next row reuses the shared memory
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& l) {
+  if (l.rows == 0) return cudaSuccess;
+  if (l.rows < 0 || l.cols < 1 || l.cols > INT32_MAX || l.num_keys < 1 ||
+      l.rows % l.num_keys != 0 || l.keys == nullptr || l.logits == nullptr ||
+      l.temperature == nullptr || l.top_k == nullptr || l.top_p == nullptr ||
+      l.min_p == nullptr || l.indices == nullptr || l.noisy_max == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const Params params{l.keys,
+                      l.num_keys,
+                      l.logits,
+                      l.rows,
+                      l.cols,
+                      l.temperature,
+                      l.temperature_per_row,
+                      RowParam<int32_t>{l.top_k, l.top_k_per_row},
+                      RowParam<float>{l.top_p, l.top_p_per_row},
+                      RowParam<float>{l.min_p, l.min_p_per_row},
+                      l.offsets,
+                      NoisyMaxEpilogue{l.indices, l.index_is_int64, l.noisy_max}};
+  // One block per row; a grid of at most 2^16 blocks loops over more rows.
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(l.rows, int64_t{1} << 16));
+  DispatchFormat(l.format, false, [&](auto f, auto) {
+    FilteredSampleKernel<decltype(f)::value><<<grid, kThreads, 0, l.stream>>>(params);
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace jax_argreduce

@@ -1,0 +1,54 @@
+// Raw-pointer launcher of the filtered sampler on CUDA (SPEC §1f): categorical with top-k, top-p
+// and min-p per row, the same (index, noisy maximum) as the CPU handler's
+// FilteredSamplerCpu<F>::SampleRow (cpu_sample.h), bit for bit. Sizes, pointers and a stream in,
+// a cudaError_t out; no XLA types (the FFI shim is cuda_handlers.cc).
+#ifndef JAX_ARGREDUCE_FFI_SAMPLE_KERNELS_H_
+#define JAX_ARGREDUCE_FFI_SAMPLE_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "order.h"
+
+namespace jax_argreduce {
+
+// One call: for each row r of `logits` (`rows` x `cols` row-major, `format`), the sample of
+// categorical (categorical_kernels.h: the same keys, temperature and offsets) restricted to the
+// tokens that the row's filters keep (sample_filter.h). Every per-row parameter is one value
+// for all rows or one per row (`*_per_row`), in device memory.
+struct FilteredSampleLaunch {
+  cudaStream_t stream = nullptr;
+  int device = 0;                     // the stream's device (current)
+  Format format = Format::kF32;
+  const uint32_t* keys = nullptr;     // num_keys x 2 uint32 (rows = num_keys * rows_per_key)
+  int64_t num_keys = 1;
+  const void* logits = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* temperature = nullptr;  // float32 (float64 for float64 logits)
+  bool temperature_per_row = false;
+  const int32_t* top_k = nullptr;     // 0 (or >= cols): no top-k
+  bool top_k_per_row = false;
+  const float* top_p = nullptr;       // >= 1: no top-p
+  bool top_p_per_row = false;
+  const float* min_p = nullptr;       // <= 0: no min-p
+  bool min_p_per_row = false;
+  // A promise from the caller: > 0 means every row's top_k is in [1, k_bound]; 0 promises
+  // nothing. The generic kernel ignores it (a bounded top-k path may use it).
+  int64_t k_bound = 0;
+  // Two int32 in device memory, the (row, column) offsets of this block of the global logits
+  // (categorical.h), or nullptr (both zero).
+  const int32_t* offsets = nullptr;
+  void* indices = nullptr;            // [rows] int32, or int64 when index_is_int64
+  bool index_is_int64 = false;
+  void* noisy_max = nullptr;          // [rows] of the noise's type
+};
+
+// Returns the first CUDA error (cudaErrorInvalidValue for arguments out of range).
+cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& launch);
+
+}  // namespace jax_argreduce
+
+#endif  // JAX_ARGREDUCE_FFI_SAMPLE_KERNELS_H_

@@ -1,0 +1,340 @@
+// Standalone check of the filtered sampler's launcher (ffi/sample_kernels.h) against the CPU
+// reference, FilteredSamplerCpu<F>::SampleRow (ffi/cpu_sample.h, compiled here into the host
+// code): for every row the same index and the same noisy-maximum bits. Meant to run under
+// compute-sanitizer too (memcheck, racecheck on --quick): buffers come from plain cudaMalloc,
+// outputs are poisoned before every launch.
+//
+// Rows: normal values, few distinct values (ties everywhere), values rounded to quarters (tie
+// groups of equal mass at the top-p crossing), NaNs here and there, ±inf and subnormals, all
+// -inf, -inf but a few, all one value, peaked (20 tokens 25 above a normal tail), random bits;
+// every format (float16, bfloat16, float32, float64); shapes from 1x1 to 256x202048, odd widths,
+// more rows than the grid's blocks. Parameters shared or per row, drawn from k in {0, 1, 2, 50,
+// 1024, cols-1, cols, cols+5}, p in {1, 0.9, 0.5, 1e-6, 1e-45, 0}, min_p in {0, 0.05, 1, 1.5},
+// T in {0, 0.8, 1, 1e-30}; one key or one per row; offsets or none; int32 or int64 indices.
+//
+// Build (repository root):
+//   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi -I tests/cuda tests/cuda/sample_check.cu \
+//        ffi/sample_kernels.cu -o sample_check
+//   (no --use_fast_math, no -ftz=true: the shared headers need IEEE mode)
+// Run: sample_check [--quick]
+// Prints one line per case and "sample_check: N cases, M mismatches"; exit 1 on a mismatch, 2 on
+// a CUDA error.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu_sample.h"
+#include "sample_kernels.h"
+
+using namespace jax_argreduce;
+
+#include "cuda_check.h"  // CHECK(call)
+
+namespace {
+
+// The bits of v in format f (16-bit formats: the float32 value, rounded by the conversion).
+uint64_t Encode(Format f, double v) {
+  if (f == Format::kF64) {
+    uint64_t b;
+    std::memcpy(&b, &v, 8);
+    return b;
+  }
+  const float x = static_cast<float>(v);
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  if (f == Format::kF32) return b;
+  if (f == Format::kBF16) return b >> 16;  // truncation: any bits are a valid value here
+  __half h = __float2half(x);
+  return reinterpret_cast<__half_raw&>(h).x;
+}
+
+struct Spec {
+  uint64_t inf, sign, qnan, mant, all;
+};
+Spec SpecOf(Format f) {
+  switch (f) {
+    case Format::kF16: return {0x7C00u, 0x8000u, 0x7E00u, 0x3FFu, 0xFFFFu};
+    case Format::kBF16: return {0x7F80u, 0x8000u, 0x7FC0u, 0x7Fu, 0xFFFFu};
+    case Format::kF32: return {0x7F800000u, 0x80000000u, 0x7FC00000u, 0x7FFFFFu, 0xFFFFFFFFu};
+    case Format::kF64: break;
+  }
+  return {0x7FF0000000000000ull, 0x8000000000000000ull, 0x7FF8000000000000ull,
+          0xFFFFFFFFFFFFFull, ~0ull};
+}
+
+constexpr int kKinds = 11;
+
+void FillRow(Format f, int kind, std::mt19937_64& rng, uint64_t* row, int64_t cols) {
+  const Spec s = SpecOf(f);
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int64_t> col(0, cols - 1);
+  const int64_t few = std::max<int64_t>(1, cols / 500);
+  for (int64_t c = 0; c < cols; ++c) row[c] = Encode(f, 3 * normal(rng));
+  switch (kind) {
+    case 0: break;  // normal
+    case 1:  // few distinct values: ties everywhere
+      for (int64_t c = 0; c < cols; ++c) row[c] = Encode(f, static_cast<double>(rng() % 5));
+      break;
+    case 2:  // rounded to quarters: tie groups of equal mass
+      for (int64_t c = 0; c < cols; ++c) row[c] = Encode(f, std::round(4 * normal(rng)) / 4);
+      break;
+    case 3:  // NaNs here and there
+      for (int64_t i = 0; i < few; ++i) {
+        const uint64_t payload = rng() & s.mant;
+        row[col(rng)] = (rng() % 3 == 0 ? s.qnan : (s.inf | (payload ? payload : 1u))) |
+                        (rng() % 2 ? s.sign : 0u);
+      }
+      break;
+    case 4:  // ±inf and subnormals
+      for (int64_t i = 0; i < few; ++i) row[col(rng)] = s.inf | (rng() % 2 ? s.sign : 0u);
+      for (int64_t i = 0; i < 3 * few; ++i) {
+        row[col(rng)] = ((rng() & s.mant) | 1u) | (rng() % 2 ? s.sign : 0u);
+      }
+      break;
+    case 5:  // all -inf
+      for (int64_t c = 0; c < cols; ++c) row[c] = s.inf | s.sign;
+      break;
+    case 6:  // -inf but a few
+      for (int64_t c = 0; c < cols; ++c) row[c] = s.inf | s.sign;
+      for (int64_t i = 0; i < 3; ++i) row[col(rng)] = Encode(f, normal(rng));
+      break;
+    case 7:  // all one value
+      for (int64_t c = 0; c < cols; ++c) row[c] = row[0];
+      break;
+    case 8:  // peaked: 20 tokens 25 above a normal tail
+      for (int64_t c = 0; c < cols; ++c) row[c] = Encode(f, normal(rng));
+      for (int i = 0; i < 20; ++i) row[col(rng)] = Encode(f, 25 + normal(rng));
+      break;
+    case 9:  // peaked, ties in the head
+      for (int64_t c = 0; c < cols; ++c) row[c] = Encode(f, normal(rng));
+      for (int i = 0; i < 20; ++i) row[col(rng)] = Encode(f, 25 + static_cast<double>(rng() % 3));
+      break;
+    default:  // random bits (NaNs, infinities, subnormals, everything)
+      for (int64_t c = 0; c < cols; ++c) row[c] = rng() & s.all;
+  }
+}
+
+const float kPs[] = {1.0f, 0.9f, 0.5f, 1e-6f, 1e-45f, 0.0f};
+const float kMinPs[] = {0.0f, 0.05f, 1.0f, 1.5f};
+const double kTs[] = {0.0, 0.8, 1.0, 1e-30};
+
+int32_t PickK(std::mt19937_64& rng, int64_t cols) {
+  const int64_t ks[] = {0, 1, 2, 50, 1024, cols - 1, cols, cols + 5};
+  return static_cast<int32_t>(ks[rng() % 8]);
+}
+
+struct Case {
+  Format f;
+  int64_t rows, cols;
+  bool per_row[4];  // T, k, p, min_p
+  bool per_row_keys, offsets, int64_indices;
+};
+
+template <class T>
+T* ToDevice(const std::vector<T>& h) {
+  T* d = nullptr;
+  CHECK(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)));
+  if (!h.empty()) CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// The host reference for rows [begin, end): SampleRow and categorical's noisy-max epilogue.
+template <Format F>
+void Reference(const Case& c, const std::vector<uint8_t>& x, const std::vector<uint32_t>& keys,
+               const std::vector<uint8_t>& temperature, const std::vector<int32_t>& k,
+               const std::vector<float>& p, const std::vector<float>& m,
+               const int32_t* offsets, void* indices, void* noisy, int64_t begin, int64_t end) {
+  using Sampler = FilteredSamplerCpu<F>;
+  using Policy = typename Sampler::Policy;
+  const Policy policy{keys.data(), c.rows / static_cast<int64_t>(keys.size() / 2),
+                      reinterpret_cast<const typename Policy::Noise*>(temperature.data()),
+                      c.per_row[0], offsets};
+  const NoisyMaxEpilogue epilogue{indices, c.int64_indices, noisy};
+  const auto* data = reinterpret_cast<const typename Sampler::Bits*>(x.data());
+  SampleScratch scratch;
+  for (int64_t r = begin; r < end; ++r) {
+    const RowFilters filters{k[c.per_row[1] ? r : 0], p[c.per_row[2] ? r : 0],
+                             m[c.per_row[3] ? r : 0]};
+    const auto* row = data + r * c.cols;
+    epilogue(r, Sampler::SampleRow(row, c.cols, policy.ForRow(r), filters, scratch), row);
+  }
+}
+
+int cases_run = 0, mismatches = 0;
+
+void Run(const Case& c, std::mt19937_64& rng) {
+  const int width = FormatBytes(c.f);
+  const int noise_bytes = c.f == Format::kF64 ? 8 : 4;
+  const int index_bytes = c.int64_indices ? 8 : 4;
+  const int64_t n = c.rows * c.cols;
+  std::vector<uint64_t> row_bits(c.cols);
+  std::vector<uint8_t> x(n * width);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    FillRow(c.f, static_cast<int>(rng() % kKinds), rng, row_bits.data(), c.cols);
+    for (int64_t i = 0; i < c.cols; ++i) {
+      std::memcpy(&x[(r * c.cols + i) * width], &row_bits[i], width);
+    }
+  }
+  const int64_t num_keys = c.per_row_keys ? c.rows : 1;
+  std::vector<uint32_t> keys(2 * num_keys);
+  for (uint32_t& key : keys) key = static_cast<uint32_t>(rng());
+  const int64_t t_count = c.per_row[0] ? c.rows : 1;
+  std::vector<uint8_t> temperature(t_count * noise_bytes);
+  for (int64_t i = 0; i < t_count; ++i) {
+    const double t = kTs[rng() % 4];
+    if (noise_bytes == 8) {
+      std::memcpy(&temperature[i * 8], &t, 8);
+    } else {
+      const float tf = static_cast<float>(t);
+      std::memcpy(&temperature[i * 4], &tf, 4);
+    }
+  }
+  std::vector<int32_t> k(c.per_row[1] ? c.rows : 1);
+  for (int32_t& v : k) v = PickK(rng, c.cols);
+  std::vector<float> p(c.per_row[2] ? c.rows : 1);
+  for (float& v : p) v = kPs[rng() % 6];
+  std::vector<float> m(c.per_row[3] ? c.rows : 1);
+  for (float& v : m) v = kMinPs[rng() % 4];
+  // Shared parameters: a filter on most cases (the draw of all tokens is categorical's).
+  if (!c.per_row[1] && rng() % 2) k[0] = static_cast<int32_t>(std::min<int64_t>(50, c.cols));
+  const std::vector<int32_t> offsets = {static_cast<int32_t>(rng() % 1000),
+                                        static_cast<int32_t>(rng() % 100000)};
+
+  // The reference, on every core.
+  std::vector<uint8_t> want_index(c.rows * index_bytes), want_noisy(c.rows * noise_bytes);
+  const unsigned workers = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < workers; ++w) {
+    const int64_t begin = c.rows * w / workers, end = c.rows * (w + 1) / workers;
+    pool.emplace_back([&, begin, end] {
+      DispatchFormat(c.f, false, [&](auto f, auto) {
+        Reference<decltype(f)::value>(c, x, keys, temperature, k, p, m,
+                                      c.offsets ? offsets.data() : nullptr, want_index.data(),
+                                      want_noisy.data(), begin, end);
+      });
+    });
+  }
+  for (std::thread& t : pool) t.join();
+
+  uint8_t* d_x = ToDevice(x);
+  uint32_t* d_keys = ToDevice(keys);
+  uint8_t* d_t = ToDevice(temperature);
+  int32_t* d_k = ToDevice(k);
+  float* d_p = ToDevice(p);
+  float* d_m = ToDevice(m);
+  int32_t* d_offsets = ToDevice(offsets);
+  uint8_t *d_index = nullptr, *d_noisy = nullptr;
+  CHECK(cudaMalloc(&d_index, c.rows * index_bytes));
+  CHECK(cudaMalloc(&d_noisy, c.rows * noise_bytes));
+  CHECK(cudaMemset(d_index, 0xFF, c.rows * index_bytes));
+  CHECK(cudaMemset(d_noisy, 0xAB, c.rows * noise_bytes));
+  FilteredSampleLaunch launch;
+  CHECK(cudaGetDevice(&launch.device));
+  launch.format = c.f;
+  launch.keys = d_keys;
+  launch.num_keys = num_keys;
+  launch.logits = d_x;
+  launch.rows = c.rows;
+  launch.cols = c.cols;
+  launch.temperature = d_t;
+  launch.temperature_per_row = c.per_row[0];
+  launch.top_k = d_k;
+  launch.top_k_per_row = c.per_row[1];
+  launch.top_p = d_p;
+  launch.top_p_per_row = c.per_row[2];
+  launch.min_p = d_m;
+  launch.min_p_per_row = c.per_row[3];
+  launch.offsets = c.offsets ? d_offsets : nullptr;
+  launch.indices = d_index;
+  launch.index_is_int64 = c.int64_indices;
+  launch.noisy_max = d_noisy;
+  CHECK(LaunchFilteredSample(launch));
+  CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> got_index(want_index.size()), got_noisy(want_noisy.size());
+  CHECK(cudaMemcpy(got_index.data(), d_index, got_index.size(), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(got_noisy.data(), d_noisy, got_noisy.size(), cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    int64_t gi = 0, wi = 0;
+    uint64_t gn = 0, wn = 0;
+    std::memcpy(&gi, &got_index[r * index_bytes], index_bytes);
+    std::memcpy(&wi, &want_index[r * index_bytes], index_bytes);
+    std::memcpy(&gn, &got_noisy[r * noise_bytes], noise_bytes);
+    std::memcpy(&wn, &want_noisy[r * noise_bytes], noise_bytes);
+    if (gi != wi || gn != wn) {
+      if (bad++ < 3) {
+        std::printf("  row %lld (T %s, k %d, p %g, min_p %g): got %lld (noisy %#llx), want %lld "
+                    "(noisy %#llx)\n", static_cast<long long>(r),
+                    c.per_row[0] ? "per row" : "shared", k[c.per_row[1] ? r : 0],
+                    p[c.per_row[2] ? r : 0], m[c.per_row[3] ? r : 0],
+                    static_cast<long long>(gi), static_cast<unsigned long long>(gn),
+                    static_cast<long long>(wi), static_cast<unsigned long long>(wn));
+      }
+    }
+  }
+  ++cases_run;
+  mismatches += bad > 0;
+  std::printf("%s format %d %lldx%lld per-row T%d k%d p%d m%d keys %s offsets %d int64 %d"
+              " (k %d, p %g, min_p %g)%s\n", bad ? "MISMATCH" : "ok", static_cast<int>(c.f),
+              static_cast<long long>(c.rows), static_cast<long long>(c.cols), c.per_row[0],
+              c.per_row[1], c.per_row[2], c.per_row[3], c.per_row_keys ? "per row" : "one",
+              c.offsets, c.int64_indices, k[0], p[0], m[0],
+              bad ? (" rows bad: " + std::to_string(bad)).c_str() : "");
+  for (void* ptr : {static_cast<void*>(d_x), static_cast<void*>(d_keys),
+                    static_cast<void*>(d_t), static_cast<void*>(d_k), static_cast<void*>(d_p),
+                    static_cast<void*>(d_m), static_cast<void*>(d_offsets),
+                    static_cast<void*>(d_index), static_cast<void*>(d_noisy)}) {
+    CHECK(cudaFree(ptr));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+  }
+  std::mt19937_64 rng(20240917);
+  // (rows, cols, parameter sets per format).
+  struct Shape {
+    int64_t rows, cols;
+    int sets;
+  };
+  // --quick (for the sanitizers, which run kernels far slower): two sets per shape, small rows.
+  std::vector<Shape> shapes = {{1, 1, 2}, {3, 7, 2}, {40, 33, 2}, {16, 1000, 2}, {4, 4097, 2}};
+  if (!quick) {
+    shapes = {{1, 1, 3},      {1, 2, 3},      {3, 7, 4},       {40, 33, 6},
+              {16, 1000, 6},  {4, 4097, 4},   {64, 5000, 8},   {200, 2049, 6},
+              {2, 300001, 3}, {8, 202048, 4}, {70000, 3, 2},   {256, 202048, 1}};
+  }
+  const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
+  for (const Shape& s : shapes) {
+    for (Format f : formats) {
+      // The widest shapes: float32 and bfloat16 only (the host reference's time).
+      if (s.rows * s.cols > 10000000 && (f == Format::kF16 || f == Format::kF64)) continue;
+      for (int set = 0; set < s.sets; ++set) {
+        Case c;
+        c.f = f;
+        c.rows = s.rows;
+        c.cols = s.cols;
+        // Set 0: every parameter per row; then alternate shared and per-row mixes.
+        for (int i = 0; i < 4; ++i) c.per_row[i] = set == 0 || rng() % 2;
+        c.per_row_keys = rng() % 2;
+        c.offsets = rng() % 2;
+        c.int64_indices = rng() % 2;
+        Run(c, rng);
+      }
+    }
+  }
+  std::printf("sample_check: %d cases, %d mismatches\n", cases_run, mismatches);
+  return mismatches ? 1 : 0;
+}
