@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 import re
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,8 +11,7 @@ import numpy as np
 import pytest
 
 import jax_argreduce
-
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "examples" / "sample.py"
+from _common import example_module
 
 # Small enough that every run compiles and decodes in about a second on a 2-core CPU.
 SMALL = ["--vocab", "1000", "--dim", "32", "--heads", "2", "--layers", "2", "--batch", "3",
@@ -24,17 +20,8 @@ SMALL = ["--vocab", "1000", "--dim", "32", "--heads", "2", "--layers", "2", "--b
 
 @pytest.fixture(scope="module")
 def sample():
-  # examples/ is not a package: load the script by path (registered in sys.modules first, so
-  # its dataclasses resolve their module).
-  name = "jax_argreduce_example_sample"
-  spec = importlib.util.spec_from_file_location(name, _PATH)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[name] = module
-  try:
-    spec.loader.exec_module(module)
+  with example_module("sample") as module:
     yield module
-  finally:
-    sys.modules.pop(name, None)
 
 
 def _small_config(sample, dtype="float32"):

@@ -5,33 +5,22 @@ masses, so float32 arithmetic cannot move a boundary) they keep what SPEC §1f k
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import reference
+from _common import example_module
 from stats import P_MIN, chi_square_gof, report
 
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "examples" / "jax_samplers.py"
 T = 0.8
 
 
 @pytest.fixture(scope="module")
 def js():
-  name = "jax_argreduce_example_jax_samplers"
-  spec = importlib.util.spec_from_file_location(name, _PATH)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[name] = module
-  try:
-    spec.loader.exec_module(module)
+  with example_module("jax_samplers") as module:
     yield module
-  finally:
-    sys.modules.pop(name, None)
 
 
 def _distinct_row(seed: int, vocab: int, dtype) -> np.ndarray:
