@@ -62,7 +62,7 @@ runs tiny shapes with few iterations (CPU smoke test of every mode).
     python3 benchmarks/bench.py --out /tmp/b                       # all single-device modes
     python3 benchmarks/bench.py chain --dtypes bf16 --shapes 8x202048,256x202048
     python3 benchmarks/bench.py isolated --ops argmax,argmin --methods auto,kernel,xla
-    python3 benchmarks/bench.py chain,isolated --ops filtered_categorical \
+    python3 benchmarks/bench.py chain,isolated --ops filtered_categorical \\
         --filters k50p0.9,p0.9,minp0.05 --shapes 1x202048,8x202048,64x128256,256x202048
     python3 benchmarks/bench.py isolated --methods kernel --variants "base=;nopdl=pdl:false"
     python3 benchmarks/bench.py sharded                            # on the 2-GPU machine
