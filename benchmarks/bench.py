@@ -26,6 +26,15 @@ Modes (one process, same inputs for ours and the reference; timing in benchmarks
             categorical (vs ``jax.random.categorical(key, logits / T)``, plus our argmax of
             the same logits as ``ours:argmax``), top_k at each ``--ks`` k (vs
             ``jax.lax.top_k``, plus ``ours:argmax``: the one-read floor).
+            filtered_categorical (SPEC §1f, §3c; chain and isolated): one case per ``--filters``
+            configuration, labelled ``categorical@<filters>`` (``categorical@k50p0.9``: top_k=50,
+            top_p=0.9; ``@p0.9``; ``@minp0.05``), ``jax_argreduce.categorical(key, logits,
+            temperature=T, top_k=.., top_p=.., min_p=..)`` vs the JAX sort-based sampler of
+            examples/jax_samplers.py (``lax.top_k`` + categorical over the k; sort, softmax,
+            cumsum, mask; min-p mask), with our unfiltered categorical (``ours:categorical``,
+            the same-run baseline: the rows' ``÷ base``) and ``jax.random.categorical``
+            (unfiltered) beside. Isolated, our samples on a few rows are checked to lie in
+            the kept set (numpy, float64).
   example   examples/sample.py's own decode step (vocab 202048, batch 8, dim 256, 2 layers,
             heads 4), greedy and sample, float32 and bfloat16: device span per step, ours vs
             the reference picker, same run.
@@ -53,6 +62,8 @@ runs tiny shapes with few iterations (CPU smoke test of every mode).
     python3 benchmarks/bench.py --out /tmp/b                       # all single-device modes
     python3 benchmarks/bench.py chain --dtypes bf16 --shapes 8x202048,256x202048
     python3 benchmarks/bench.py isolated --ops argmax,argmin --methods auto,kernel,xla
+    python3 benchmarks/bench.py chain,isolated --ops filtered_categorical \\
+        --filters k50p0.9,p0.9,minp0.05 --shapes 1x202048,8x202048,64x128256,256x202048
     python3 benchmarks/bench.py isolated --methods kernel --variants "base=;nopdl=pdl:false"
     python3 benchmarks/bench.py sharded                            # on the 2-GPU machine
     python3 benchmarks/bench.py all --quick --cpu-events           # CPU smoke test
@@ -66,6 +77,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -79,7 +91,8 @@ import targets as targets_mod  # noqa: E402
 import timing  # noqa: E402
 
 MODES = ("chain", "isolated", "example", "sharded")
-OPS = ("argmax", "argmin", "max_with_index", "categorical", "top_k")
+OPS = ("argmax", "argmin", "max_with_index", "categorical", "top_k", "filtered_categorical")
+OFF_BY_DEFAULT = ("top_k", "filtered_categorical")  # --ops: the long cases, asked for by name
 DTYPES = {"float32": "float32", "f32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "f16": "float16"}
 SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -92,8 +105,10 @@ ISOLATED_SHAPES = {
     "max_with_index": ((1, 202048), (8, 202048), (256, 202048), (4096, 4096)),
     "categorical": ((1, 32000), (1, 202048), (8, 202048), (32, 202048), (256, 202048)),
     "top_k": ((1, 202048), (8, 202048), (64, 128256), (256, 202048)),  # SPEC §3c
+    "filtered_categorical": ((1, 202048), (8, 202048), (64, 128256), (256, 202048)),
 }
 TOP_K_KS = (1, 16, 50, 256, 1024)  # --ks default
+FILTERS = ("k50p0.9", "p0.9", "minp0.05")  # --filters default: SPEC §3c's k, p and min_p
 QUICK_SHAPES = ((1, 3000), (8, 2000), (64, 128))
 QUICK_CHAIN_SHAPES = ((1, 3000), (4, 2000))
 QUICK_SHARDED = (("float32", 8, 4000), ("bfloat16", 16, 4000))
@@ -114,7 +129,11 @@ def log(msg: str) -> None:
 
 
 def has_op(op: str) -> bool:
+  import inspect
   import jax_argreduce
+  if op == "filtered_categorical":  # a parameter of categorical, not an op of its own
+    return hasattr(jax_argreduce, "categorical") and "top_p" in inspect.signature(
+        jax_argreduce.categorical).parameters
   return op in ("argmax", "argmin") or hasattr(jax_argreduce, op)
 
 
@@ -170,7 +189,7 @@ def launch_plan(rows: int, cols: int, dtype: str, op: str, k: int = 0) -> dict |
       return {"path": "select", "levels": [lv["chunks"] for lv in plan["levels"]],
               "elements_per_thread": plan["elements_per_thread"],
               "workspace_bytes": plan["workspace_bytes"]}
-    if op == "categorical":
+    if op in ("categorical", "filtered_categorical"):
       return None  # planned for the sampler's policy: the traced kernel's geometry says it
     if hasattr(_ffi, "debug_launch_plan"):
       plan = _ffi.debug_launch_plan(rows, cols, dtype, op=op)  # launched from the host
@@ -229,6 +248,19 @@ def _value(v: str):
   return v.strip()
 
 
+def parse_filter(text: str) -> dict:
+  """``k50p0.9`` -> {"top_k": 50, "top_p": 0.9}; ``minp0.05`` -> {"min_p": 0.05}: any of
+  k<int>, p<float>, minp<float>, in that order (SPEC §1f's)."""
+  m = re.fullmatch(r"(?:k(\d+))?(?:p(\d*\.?\d+))?(?:minp(\d*\.?\d+))?", text.strip())
+  if not m or not any(m.groups()):
+    raise SystemExit(f"bad filter {text!r}: use k<int>, p<float>, minp<float> in that order, "
+                     "e.g. k50p0.9, p0.9, minp0.05")
+  k, p, minp = m.groups()
+  out = {"top_k": int(k) if k else None, "top_p": float(p) if p else None,
+         "min_p": float(minp) if minp else None}
+  return {name: v for name, v in out.items() if v is not None}
+
+
 def parse_variants(text: str) -> list[tuple[str, dict]]:
   """``name=k1:v1,k2:v2;name2=...`` -> [(name, {k1: v1, ...}), ...] (``name=``: defaults)."""
   out = []
@@ -257,12 +289,16 @@ def parse_args(argv=None):
                       "chain,isolated,example)")
   p.add_argument("--shapes", help="ROWSxCOLS,... for chain and isolated (default per mode/op)")
   p.add_argument("--dtypes", default="float32,bfloat16", help="float32,bfloat16,float16")
-  p.add_argument("--ops", default=",".join(o for o in OPS if o != "top_k"),
-                 help="isolated: argmax,argmin,max_with_index,categorical,top_k; chain: argmax, "
-                      "categorical, top_k (ops the package lacks are skipped with a note; "
-                      "default: all but top_k)")
+  p.add_argument("--ops", default=",".join(o for o in OPS if o not in OFF_BY_DEFAULT),
+                 help="isolated: argmax,argmin,max_with_index,categorical,top_k,"
+                      "filtered_categorical; chain: argmax, categorical, top_k, "
+                      "filtered_categorical (ops the package lacks are skipped with a note; "
+                      "default: all but top_k and filtered_categorical)")
   p.add_argument("--ks", default=",".join(map(str, TOP_K_KS)),
                  help="top_k: the k of each case (1,16,50,256,1024)")
+  p.add_argument("--filters", default=",".join(FILTERS),
+                 help="filtered_categorical: one case per configuration, k<int>p<float>minp"
+                      "<float>, any of the three (k50p0.9,p0.9,minp0.05)")
   p.add_argument("--methods", default="auto", help="our paths: auto,kernel,xla")
   p.add_argument("--variants", help='kernel variants: "name=k:v,k:v;name2=..." (see above)')
   p.add_argument("--iters", type=int, help="traced calls per case (isolated 30, chain 20, "
@@ -321,9 +357,14 @@ def parse_args(argv=None):
     if o not in OPS:
       p.error(f"unknown op {o!r}; use {', '.join(OPS)}")
   a.k_list = [int(k) for k in a.ks.split(",") if k.strip()]
-  # The cases' op labels: top_k once per k ("top_k@50").
-  a.pick_list = [lab for o in a.op_list
-                 for lab in ([f"top_k@{k}" for k in a.k_list] if o == "top_k" else [o])]
+  a.filter_list = [f.strip() for f in a.filters.split(",") if f.strip()]
+  for f in a.filter_list:
+    parse_filter(f)
+  # The cases' op labels: top_k once per k ("top_k@50"), the filtered sampler once per
+  # configuration ("categorical@k50p0.9").
+  expand = {"top_k": [f"top_k@{k}" for k in a.k_list],
+            "filtered_categorical": [f"categorical@{f}" for f in a.filter_list]}
+  a.pick_list = [lab for o in a.op_list for lab in expand.get(o, [o])]
   a.method_list = [m.strip() for m in a.methods.split(",") if m.strip()]
   for m in a.method_list:
     if m not in ("auto", "kernel", "xla"):
@@ -490,6 +531,15 @@ def geometry(case: timing.Case | None, ours_only=False) -> str:
 # isolated
 
 
+@dataclasses.dataclass(frozen=True)
+class Extra:
+  """A case beside ours and the reference on the same inputs: a floor or a same-run baseline."""
+  impl: str                # its impl label ("ours:argmax")
+  op: str | None           # the package's op it calls (None: not ours)
+  body: object             # (logits, key) -> result
+  chain: bool = False      # also in the chain (its result: tokens [B])
+
+
 @dataclasses.dataclass
 class Pick:
   """One op of the benchmark: our body and the reference's, both ``(logits, key) -> result``
@@ -499,20 +549,50 @@ class Pick:
   ref_label: str
   ref: object              # (logits, key) -> result
   ours: object             # method -> (logits, key) -> result
-  check: object            # (got, want) -> bool
+  check: object            # (got, want, logits) -> bool
   token: object = None     # chain: (result, step index) -> tokens [B]; None: not in the chain
   keyed: bool = False      # the isolated inputs carry a PRNG key
   methods: tuple = ("auto", "kernel", "xla")
-  with_argmax: bool = False  # isolated: our argmax of the same logits beside (a floor)
+  extras: tuple = ()       # Extra cases beside (isolated; chain where Extra.chain)
+  base: str | None = None  # the extra our rows are divided by (``base_ratio``)
+  mismatch: str = ""       # what a failed check means (default: differs from the reference)
   k: int = 0
+
+
+FILTER_CHECK_ROWS = 8  # isolated, filtered sampler: rows whose samples are checked
+
+
+def in_kept_set(tokens, logits, temperature, top_k=None, top_p=None, min_p=None,
+                slack=1e-5) -> bool:
+  """Whether each row's token lies in SPEC §1f's kept set of its row of ``logits``: numpy in
+  float64 (ours sums exact fixed-point masses), a relative ``slack`` on the masses so that a
+  boundary token is not called wrong for the last bits of a sum. Only the sampled token's
+  place is computed: O(columns) per row."""
+  import numpy as np
+  inv_t = np.float32(1) / np.float32(temperature)  # z as the handlers compute it
+  for t, row in zip(np.asarray(tokens).reshape(-1), np.asarray(logits)):
+    z = (row.astype(np.float32) * inv_t).astype(np.float64)
+    zt = z[t]
+    before = (z > zt) | ((z == zt) & (np.arange(z.size) < t))  # SPEC §1 order
+    if top_k and before.sum() >= top_k:
+      return False
+    e = np.exp(z - z.max())
+    if top_p is not None and top_p < 1:
+      total = e.sum() if not top_k or top_k >= e.size else np.partition(e, -top_k)[-top_k:].sum()
+      if e[before].sum() >= top_p * total * (1 + slack):
+        return False
+    if min_p and e[t] < min_p * (1 - slack):
+      return False
+  return True
 
 
 def pick_of(ctx: Ctx, label: str) -> Pick:
   """The table of ops: ``label`` one of ``args.pick_list``."""
   jax, jnp, np, T = ctx.jax, ctx.jnp, ctx.np, ctx.args.temperature
   import jax_argreduce
-  same = lambda got, want: bool(np.array_equal(np.asarray(got), np.asarray(want)))
+  same = lambda got, want, *_: bool(np.array_equal(np.asarray(got), np.asarray(want)))
   tokens = lambda res, i: res
+  floor = (Extra("ours:argmax", "argmax", lambda x, key: reduce(x, "argmax")),)
   if label in ("argmax", "argmin"):
     ref = jnp.argmax if label == "argmax" else jnp.argmin
     return Pick(label, label, f"jnp.{label}", lambda x, key: ref(x, axis=-1),
@@ -522,15 +602,33 @@ def pick_of(ctx: Ctx, label: str) -> Pick:
     return Pick(label, label, "jnp.max+jnp.argmax",
                 lambda x, key: (jnp.max(x, axis=-1), jnp.argmax(x, axis=-1)),
                 lambda m: (lambda x, key: reduce(x, label, m)),
-                lambda got, want: same(got[1], want[1]) and bool(np.array_equal(
+                lambda got, want, _x: same(got[1], want[1]) and bool(np.array_equal(
                     np.asarray(got[0], np.float32), np.asarray(want[0], np.float32),
                     equal_nan=True)))
   if label == "categorical":
     return Pick(label, label, "jax.random.categorical",
                 lambda x, key: jax.random.categorical(key, x / T, axis=-1),
                 lambda m: (lambda x, key: jax_argreduce.categorical(key, x, temperature=T)),
-                lambda got, want: np.asarray(got).shape == np.asarray(want).shape,
-                token=tokens, keyed=True, methods=("auto",), with_argmax=True)
+                lambda got, want, _x: np.asarray(got).shape == np.asarray(want).shape,
+                token=tokens, keyed=True, methods=("auto",), extras=floor)
+  if label.startswith("categorical@"):  # the filtered sampler, SPEC §1f / §3c
+    filters = parse_filter(label.split("@", 1)[1])
+    samplers = load_example().jax_samplers
+    rows = FILTER_CHECK_ROWS
+    return Pick("filtered_categorical", label, "jax_samplers.sample",
+                lambda x, key: samplers.sample(key, x, T, **filters),
+                lambda m: (lambda x, key: jax_argreduce.categorical(
+                    key, x, temperature=T, method=m, **filters)),
+                lambda got, want, x: in_kept_set(np.asarray(got)[:rows], x[:rows], T,
+                                                 **filters),
+                token=tokens, keyed=True, base="ours:categorical",
+                mismatch=f"a sample of the first {rows} rows outside the kept set", extras=(
+                    Extra("ours:categorical", "categorical",
+                          lambda x, key: jax_argreduce.categorical(key, x, temperature=T),
+                          chain=True),
+                    Extra("jax.random.categorical", None,
+                          lambda x, key: jax.random.categorical(key, x / T, axis=-1),
+                          chain=True)))
   if label.startswith("top_k@"):
     k = int(label.split("@")[1])
 
@@ -541,9 +639,9 @@ def pick_of(ctx: Ctx, label: str) -> Pick:
 
     return Pick("top_k", label, "lax.top_k", lambda x, key: jax.lax.top_k(x, k),
                 lambda m: (lambda x, key: jax_argreduce.top_k(x, k, method=m)),
-                lambda got, want: same(got[1], want[1]) and same(
+                lambda got, want, _x: same(got[1], want[1]) and same(
                     np.asarray(got[0], np.float32), np.asarray(want[0], np.float32)),
-                token=place, with_argmax=True, k=k)
+                token=place, extras=floor, k=k)
   raise ValueError(label)
 
 
@@ -568,7 +666,7 @@ def isolated_groups(ctx: Ctx) -> list[dict]:
         inputs = [(x, jax.random.key(i)) for i, x in enumerate(xs)]
         g = {"op": label, "dtype": dtype, "rows": rows, "cols": cols, "ref": pick.ref_label,
              "cases": {}, "route": route(pick.op, ctx.platform, (rows, cols), dtype, pick.k),
-             "argmax_route": route("argmax", ctx.platform, (rows, cols), dtype),
+             "extra_routes": {}, "base": pick.base,
              "plan": launch_plan(rows, cols, dtype, pick.op, pick.k) if ctx.gpu else None,
              "keyed": pick.keyed}
         g["cases"]["ref"] = compiled_case(ctx, "ref_" + tag, f"bench_ref_{tag}", pick.ref,
@@ -588,21 +686,25 @@ def isolated_groups(ctx: Ctx) -> list[dict]:
             c = variant_of(built[method], impl + "_" + tag)
           c.setup = variant_setup(ctx, options)
           g["cases"][impl] = c
-        if pick.with_argmax and has_op("argmax"):
-          g["cases"]["ours:argmax"] = compiled_case(
-              ctx, "ours_argmax_" + tag, f"bench_ours_argmax_{tag}",
-              lambda x, key: reduce(x, "argmax"), inputs)
-          if ctx.plan_options:  # the default plan, whatever variant ran before it
-            g["cases"]["ours:argmax"].setup = ctx.plan_options.reset
+        for ex in pick.extras:
+          if ex.op is not None and not has_op(ex.op):
+            continue
+          sfx = _safe(ex.impl)
+          g["cases"][ex.impl] = compiled_case(ctx, f"{sfx}_{tag}", f"bench_{sfx}_{tag}",
+                                              ex.body, inputs)
+          if ctx.plan_options and ex.op:  # the default plan, whatever variant ran before it
+            g["cases"][ex.impl].setup = ctx.plan_options.reset
+          g["extra_routes"][ex.impl] = ex.op and route(ex.op, ctx.platform, (rows, cols), dtype)
         if not a.no_check:
           want = g["cases"]["ref"].call(0)
           for impl, c in g["cases"].items():
-            if impl.startswith("ours") and impl != "ours:argmax":
+            if impl.startswith("ours") and impl not in g["extra_routes"]:
               if c.setup:
                 c.setup()
-              c.meta["match"] = pick.check(c.call(0), want)
+              c.meta["match"] = pick.check(c.call(0), want, inputs[0][0])
               if not c.meta["match"]:
-                ctx.note(f"MISMATCH: isolated {tag} {impl} differs from {pick.ref_label}")
+                ctx.note(f"MISMATCH: isolated {tag} {impl}: "
+                         + (pick.mismatch or f"differs from {pick.ref_label}"))
         g["wall_inputs"] = None
         groups.append(g)
   return groups
@@ -662,10 +764,11 @@ def run_isolated(ctx: Ctx) -> dict:
       if impl == "ref":
         continue
       s = span(c)
+      base = g["base"] and impl not in g["extra_routes"] and g["cases"].get(g["base"])
       t = s or c.meta.get("wall_us")
       bw = _div(nbytes, t and t * 1e-6)
       path = ("xla" if ":xla" in impl else "kernel" if ":kernel" in impl
-              else g["argmax_route"] if impl == "ours:argmax" else g["route"])
+              else g["extra_routes"][impl] if impl in g["extra_routes"] else g["route"])
       geo = plan_string(g["plan"], path) if g["plan"] or path == "xla" else (
           geometry(c, ours_only=True) or (path or ""))
       rows.append({
@@ -680,6 +783,8 @@ def run_isolated(ctx: Ctx) -> dict:
           "wall_us": c.meta.get("wall_us"), "ref_wall_us": ref.meta.get("wall_us"),
           "numpy_us": g.get("numpy_us"), "gbps": bw and bw / 1e9,
           "pct_copy": bw and 100 * bw / copy_bw, "path": geo, "match": c.meta.get("match"),
+          "base": g["base"] if base else None, "base_us": span(base) if base else None,
+          "base_ratio": _div(s, span(base)) if base else None,
           "prev_us": targets_mod.ISOLATED_OURS_2026_11_30.get(
               (g["op"], g["dtype"], f"{g['rows']}x{g['cols']}")) if impl == "ours" else None,
       })
@@ -713,6 +818,7 @@ def run_chain(ctx: Ctx) -> dict:
     if not has_op(p.op):
       ctx.note(f"chain: jax_argreduce has no {p.op} yet: skipped")
       picks.remove(p)
+  tokens = lambda res, i: res
 
   def chain(pick, token):
     def run(h0, W, E, key):
@@ -742,7 +848,8 @@ def run_chain(ctx: Ctx) -> dict:
         inputs = [(h, W, E, jax.random.key(i)) for i, h in enumerate(h0s)]
         tag = f"{_safe(op)}_{SHORT[dtype]}_{B}x{V}"
         g = {"op": op, "dtype": dtype, "rows": B, "cols": V, "ref": ref_label, "cases": {},
-             "iso": {}, "route": route(pick.op, ctx.platform, (B, V), dtype, pick.k)}
+             "iso": {}, "route": route(pick.op, ctx.platform, (B, V), dtype, pick.k),
+             "extra_routes": {}, "base": pick.base}
         g["cases"]["ref"] = compiled_case(ctx, "chain_ref_" + tag, f"chain_ref_{tag}",
                                           chain(ref_pick, pick.token), inputs)
         # The isolated pick on [B, V] logits, beside.
@@ -772,6 +879,18 @@ def run_chain(ctx: Ctx) -> dict:
             c.meta["match"] = bool(same)
             if not same:
               ctx.note(f"MISMATCH: chain {tag} {impl}: tokens differ from {ref_label}")
+        for ex in pick.extras:
+          if not ex.chain or (ex.op is not None and not has_op(ex.op)):
+            continue
+          sfx = _safe(ex.impl)
+          c, ic = (compiled_case(ctx, f"chain_{ex.impl}_{tag}", f"chain_{sfx}_{tag}",
+                                 chain(ex.body, tokens), inputs),
+                   compiled_case(ctx, f"iso_{ex.impl}_{tag}", f"iso_{sfx}_{tag}", ex.body,
+                                 iso_in))
+          if ctx.plan_options and ex.op:  # the default plan, whatever variant ran before it
+            c.setup = ic.setup = ctx.plan_options.reset
+          g["cases"][ex.impl], g["iso"][ex.impl] = c, ic
+          g["extra_routes"][ex.impl] = ex.op and route(ex.op, ctx.platform, (B, V), dtype)
         groups.append(g)
   cases = [c for g in groups for d in (g["cases"], g["iso"]) for c in d.values()]
   tr = run_session(ctx, cases, "chain")
@@ -785,6 +904,10 @@ def run_chain(ctx: Ctx) -> dict:
       step = _div(span(c), K)
       delta = _sub(step, ref_step)
       kern = c.result["ours_us"] / K if c.result else None
+      # The filters against our unfiltered sampler: by our kernels' time per step (what the
+      # filters cost the pick; none where a path runs no kernel of ours), and by step.
+      base = g["base"] and impl not in g["extra_routes"] and g["cases"].get(g["base"])
+      base_kern = base.result["ours_us"] / K if base and base.result else None
       # step(ours) = rest + kern and step(ref) = rest + ref pick, so ref pick = kern - Δ.
       ref_pick_est = kern - delta if delta is not None and kern else None
       shape = f"{g['rows']}x{g['cols']}"
@@ -797,8 +920,11 @@ def run_chain(ctx: Ctx) -> dict:
           "iso_us": span(g["iso"].get(impl)), "iso_ref_us": span(g["iso"]["ref"]),
           "events": c.result and c.result["events_per_call"] / K,
           "ref_events": ref.result and ref.result["events_per_call"] / K,
-          "path": ("xla path" if ":xla" in impl else g["route"] or "") if impl.startswith("ours")
-          else "", "match": c.meta.get("match"),
+          "path": ("xla path" if ":xla" in impl else g["extra_routes"].get(impl, g["route"]) or "")
+          if impl.startswith("ours") else "", "match": c.meta.get("match"),
+          "base": g["base"] if base else None, "base_us": base_kern,
+          "base_ratio": _div(kern, base_kern) if kern and base_kern else None,
+          "base_delta_us": _sub(step, _div(span(base), K)) if base else None,
           "prev_delta_us": targets_mod.CHAIN_DELTA_2026_11_30.get((g["dtype"], shape))
           if g["op"] == "argmax" and impl == "ours" else None,
       })
@@ -977,6 +1103,8 @@ COLUMNS = {
         ("our kernels µs/step", lambda r: _f(r["kernel_us"])),
         ("ref pick µs/step (est.)", lambda r: _f(r["ref_pick_us"])),
         ("isolated ours / ref µs", lambda r: _pair(r["iso_us"], r["iso_ref_us"])),
+        ("Δ base µs/step", lambda r: _f(r.get("base_delta_us"), "+.2f")),
+        ("kernels ÷ base", lambda r: _f(r.get("base_ratio"))),
         ("events/step o/r", lambda r: _pair(r["events"], r["ref_events"], ".1f")),
         ("path", lambda r: r["path"] + ("" if r["match"] in (True, None) else " MISMATCH")),
     ],
@@ -995,6 +1123,7 @@ COLUMNS = {
         ("op", lambda r: r["op"]), ("impl", lambda r: r["impl"]),
         ("ours µs", lambda r: _f(r["ours_us"])), ("ref µs", lambda r: _f(r["ref_us"])),
         ("ref/ours", lambda r: _f(r["speedup"])), ("11-30 µs", lambda r: _f(r["prev_us"])),
+        ("base µs", lambda r: _f(r.get("base_us"))), ("÷ base", lambda r: _f(r.get("base_ratio"))),
         ("sum µs", lambda r: _f(r["sum_us"])),
         ("#ev o/r", lambda r: _pair(r["events"], r["ref_events"], "d")),
         ("wall o/r µs", lambda r: _pair(r["wall_us"], r["ref_wall_us"], ".1f")),
@@ -1028,6 +1157,8 @@ def _columns(mode, rows):
     cols = [c for c in cols if c[0] != "11-30 µs"]
   if mode == "chain" and not any(r.get("prev_delta_us") is not None for r in rows):
     cols = [c for c in cols if c[0] != "Δ 11-30"]
+  if not any(r.get("base") for r in rows):  # no filtered sampler: nothing to divide by
+    cols = [c for c in cols if "base" not in c[0]]
   return cols
 
 
@@ -1055,7 +1186,10 @@ METHOD = {
              "in the `jax_argreduce` namespace); *ref pick (est.)* = our kernels − Δ: what the "
              "reference's pick costs a step, assuming the rest of the step is unchanged. "
              "*isolated* = the same pick alone on [B, V] random-normal logits, same trace. "
-             "Δ 11-30 = SPEC §3b's measurement of main on 2026-11-30.",
+             "Δ 11-30 = SPEC §3b's measurement of main on 2026-11-30. Filtered sampler "
+             "(`categorical@<filters>`): *Δ base* = step(ours) − step(`ours:categorical`, our "
+             "unfiltered sampler, same run); *kernels ÷ base* = our kernels per step, filtered "
+             "÷ unfiltered.",
     "example": "examples/sample.py's jitted decode step (`compiled_steps`: the model, the pick, "
                "the donated KV cache), one step per call, ours and the reference picker in the "
                "same trace; span = the step's device span (first to last device event).",
@@ -1066,7 +1200,13 @@ METHOD = {
                 "jitted `jnp.copy` (read + write) in the same trace. max_with_index's "
                 "reference is `jnp.max` + `jnp.argmax` in one jit; categorical's is "
                 "`jax.random.categorical(key, logits / T)` (T={T}, threefry, noise in the "
-                "logits' dtype), with our argmax of the same logits as `ours:argmax`.",
+                "logits' dtype), with our argmax of the same logits as `ours:argmax`. "
+                "`categorical@<filters>` (SPEC §1f; k50p0.9 = top_k 50, top_p 0.9): ours with "
+                "the filters against examples/jax_samplers.py's `sample` (what JAX decoders "
+                "write: `lax.top_k` + categorical over the k; sort, softmax, cumsum, mask; "
+                "min-p mask; z in float32), beside our unfiltered sampler `ours:categorical` "
+                "(*base*: ours ÷ base is what the filters cost) and `jax.random.categorical` "
+                "unfiltered; our samples of the first rows checked inside the kept set.",
     "sharded": "A 1-D mesh over all devices; rows sharded = `P('d', None)`, vocab sharded = "
                "`P(None, 'd')`; span per call = the largest per-device span; *1 device* = the "
                "same input unsharded on device 0. Collectives from the compiled HLO text "

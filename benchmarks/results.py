@@ -72,6 +72,14 @@ SECTIONS = (
             "`ours:argmax` is our argmax of the same logits, the one-read floor. In-chain, the "
             "token is place `step % k` of the k indices.",
             ("top_k@16", "top_k@50", "top_k@256", "top_k@1024")),
+    Section("filtered", "Filtered categorical (top-k, top-p, min-p)",
+            "`jax_argreduce.categorical(key, logits, temperature=T, top_k=.., top_p=.., "
+            "min_p=..)` (`@k50p0.9`: top_k 50, top_p 0.9) against the sampler JAX decoders "
+            "write (examples/jax_samplers.py: `lax.top_k` + categorical over the k; sort, "
+            "softmax, cumsum, mask; min-p mask); `ours:categorical` is our unfiltered sampler "
+            "on the same logits (ours ÷ it: what the filters cost), `jax.random.categorical` "
+            "unfiltered.",
+            ("categorical@k50p0.9", "categorical@p0.9", "categorical@minp0.05")),
     Section("sharded", "Sharded inputs (argmax)",
             "A 1-D mesh over every GPU of one host, rows split or the vocabulary split, against "
             "`jnp.argmax` on the same sharded input; span = the largest per-device span.",

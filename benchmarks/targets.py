@@ -11,7 +11,9 @@ rows (µs unless named otherwise):
   span against the copy bandwidth measured in the same run;
 - ``pick_ratio`` (chain): our kernels' device time per step / the reference pick's estimated
   device time per step (ours − ``delta_us``);
-- ``collectives`` (sharded): collectives in our compiled module.
+- ``collectives`` (sharded): collectives in our compiled module;
+- ``base_ratio`` (the filtered sampler, ``categorical@<filters>``): ours / our unfiltered
+  ``categorical`` on the same input, same run (isolated: spans; chain: our kernels per step).
 
 Only ``impl == "ours"`` rows (method auto, no kernel variant) are judged. The numbers are H200
 numbers: a run whose timing source is not a GPU trace still computes the statuses (to exercise
@@ -137,6 +139,23 @@ TARGETS: tuple[Target, ...] = (
            "isolated", "categorical",
            (("ours_us", "<=", {(F32, "256x202048"): 60.0, (BF16, "256x202048"): 35.0}),),
            shapes=((256, 202048),)),
+    # Filtered sampler (SPEC §1f, §3c's k = 50, p = 0.9, min_p = 0.05) against our unfiltered one.
+    Target("filtered.top_k_top_p_1.5x",
+           "top-k + top-p within 1.5× our unfiltered categorical (isolated span)",
+           "isolated", "categorical@k50p0.9", (("base_ratio", "<=", 1.5),)),
+    Target("filtered.top_k_top_p_chain_1.5x",
+           "top-k + top-p within 1.5× our unfiltered categorical in-chain (our kernels per step)",
+           "chain", "categorical@k50p0.9", (("base_ratio", "<=", 1.5),)),
+    Target("filtered.few_rows_15us", "top-k + top-p, 1-8 rows: span ≤ 15 µs",
+           "isolated", "categorical@k50p0.9", (("ours_us", "<=", 15.0),), rows=(1, 8)),
+    Target("filtered.top_p_min_p_2.5x",
+           "top-p alone, min-p alone within 2.5× our unfiltered categorical (isolated span)",
+           "isolated", ("categorical@p0.9", "categorical@minp0.05"),
+           (("base_ratio", "<=", 2.5),)),
+    Target("filtered.top_p_min_p_chain_2.5x",
+           "top-p alone, min-p alone within 2.5× our unfiltered categorical in-chain (our "
+           "kernels per step)", "chain", ("categorical@p0.9", "categorical@minp0.05"),
+           (("base_ratio", "<=", 2.5),)),
     # Sharded (issue 11; 2 GPUs).
     Target("sharded.rows", "rows sharded: no collective, never slower than jnp.argmax",
            "sharded", "argmax", (("collectives", "==", 0), ("ratio", "<=", 1.0)), layout="rows"),

@@ -9,17 +9,27 @@ logits either greedily (``jax_argreduce.argmax(logits, axis=-1)``) or by samplin
 temperature=T)``, the fused Gumbel-max sampler, where the installed package has it; else
 Gumbel noise from ``jax.random`` plus ``jax_argreduce.argmax``, vmapped over the batch).
 
+``--top-k``, ``--top-p``, ``--min-p`` (sample mode) filter what is sampled (SPEC §1f: the
+first k tokens, then the smallest head holding mass p, then the tokens at least min_p times as
+likely as the top one): one value for every sequence, or comma-separated values, one per
+sequence, passed to ``jax_argreduce.categorical`` as serving engines pass per-request settings.
+
 ``--compare`` runs the same model and prompt again with the reference picker (``jnp.argmax``;
-in sample mode ``jax.random.categorical(key, logits / T)``), reports both speeds, wall time
-and the device time per step from a short profiler trace, and checks the result: greedy tokens
-must be identical (exit code 1 if not); sampled tokens come from different generators, so
-both samplers are checked by distribution instead (a chi-square test of many draws from one
-fixed logits row against ``softmax(logits / T)``, threshold fixed in advance; exit code 1 if
-ours fails). ``--logits FILE.npy`` skips the model and picks from saved logits of shape
-``[rows, vocab]`` or ``[vocab]`` instead.
+in sample mode ``jax.random.categorical(key, logits / T)``, or with filters the JAX sort-based
+sampler of ``jax_samplers.py`` beside this file: ``lax.top_k``, sort, softmax, cumsum, mask),
+reports both speeds, wall time and the device time per step from a short profiler trace, and
+checks the result: greedy tokens must be identical (exit code 1 if not); sampled tokens come
+from different generators, so both samplers are checked by distribution instead (a chi-square
+test of many draws from one fixed logits row against ``softmax(logits / T)``, renormalized
+over the reference's kept set with filters, threshold fixed in advance; with filters also a
+two-sample chi-square between ours and the reference's draws; exit code 1 if ours fails).
+``--logits FILE.npy`` skips the model and picks from saved logits of shape ``[rows, vocab]``
+or ``[vocab]`` instead.
 
   python examples/sample.py                              # CPU-sized defaults, vocab 202048
   python examples/sample.py --compare --mode sample --temperature 0.8
+  python examples/sample.py --compare --mode sample --temperature 0.8 --top-k 50 --top-p 0.9
+  python examples/sample.py --mode sample --batch 3 --top-p 0.9,0.5,1 --min-p 0.05
   python examples/sample.py --batch 64 --layers 4 --dim 512 --heads 8 --steps 256 \\
       --dtype bfloat16 --compare                         # on a GPU
   python examples/sample.py --logits logits.npy --compare
@@ -31,6 +41,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import inspect
 import math
 import shutil
 import statistics
@@ -47,6 +58,11 @@ from jax import lax
 
 import jax_argreduce
 
+# The JAX filtered samplers (--compare's reference with filters; benchmarks/bench.py's too) live
+# beside this file: importable however this file is loaded (as a script or by path).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jax_samplers  # noqa: E402
+
 ArgmaxFn = Callable[..., jax.Array]
 # (keys [batch], logits [batch, vocab], temperature) -> token ids [batch]
 SampleFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
@@ -56,18 +72,22 @@ _SAMPLE_KEY_TAG = 1  # the sampling keys are fold_in(key(seed), tag), apart from
 _PROMPT_KEY_TAG = 2
 _CHECK_KEY_TAG = 3   # keys of the --compare distribution check
 
-# The fused sampler (SPEC §1c) where the installed jax_argreduce has it.
+# The fused sampler (SPEC §1c) where the installed jax_argreduce has it, and its filters (§1f).
 HAS_FUSED_SAMPLER = hasattr(jax_argreduce, "categorical")
+HAS_FILTERS = HAS_FUSED_SAMPLER and "top_p" in inspect.signature(
+    jax_argreduce.categorical).parameters
+FILTERS = ("top_k", "top_p", "min_p")
 
 
 # ----------------------------------------------------------------------------------------------
 # Token picking: greedy (argmax) or sampling, each by our package or by the JAX reference.
 # ----------------------------------------------------------------------------------------------
 
-def sample_fused(keys: jax.Array, logits: jax.Array, temperature: jax.Array) -> jax.Array:
+def sample_fused(keys: jax.Array, logits: jax.Array, temperature: jax.Array,
+                 **filters) -> jax.Array:
   """``jax_argreduce.categorical``: one call for the batch, one key per row, noise never
-  materialized."""
-  return jax_argreduce.categorical(keys, logits, temperature=temperature)
+  materialized; ``filters``: top_k, top_p, min_p (a scalar or one value per row)."""
+  return jax_argreduce.categorical(keys, logits, temperature=temperature, **filters)
 
 
 def sample_gumbel_argmax(keys: jax.Array, logits: jax.Array, temperature: jax.Array,
@@ -90,15 +110,25 @@ def sample_jax_random(keys: jax.Array, logits: jax.Array, temperature: jax.Array
 @dataclasses.dataclass(frozen=True)
 class Picker:
   """How one implementation picks tokens. ``tag`` names its jitted decode step
-  (``decode_step_<tag>``); ``name``/``sample_name`` are printed for greedy/sample mode."""
+  (``decode_step_<tag>``); ``name``/``sample_name`` are printed for greedy/sample mode.
+  ``filters``: ((name, value), ...) passed to ``sample`` as keywords, a value a scalar or a
+  tuple (one per sequence)."""
   tag: str
   name: str
   argmax: ArgmaxFn
   sample_name: str
   sample: SampleFn
+  filters: tuple = ()
 
   def label(self, mode: str) -> str:
     return self.name if mode == "greedy" else self.sample_name
+
+  def sample_kwargs(self, row: int | None = None) -> dict:
+    """The filters as ``sample``'s keywords: per-sequence values as a concrete array (the JAX
+    reference's ``lax.top_k`` needs its k at trace time), or ``row``'s value only."""
+    if row is not None:
+      return {n: v[row] if isinstance(v, tuple) else v for n, v in self.filters}
+    return {n: np.asarray(v) if isinstance(v, tuple) else v for n, v in self.filters}
 
 
 OURS = Picker("ours", "jax_argreduce.argmax", jax_argreduce.argmax,
@@ -110,12 +140,31 @@ REFERENCE = Picker("jnp", "jnp.argmax", jnp.argmax, "jax.random.categorical", sa
 PICKERS: dict[str, Picker] = {"ours": OURS, "jnp": REFERENCE}
 
 
+def describe_filters(filters: tuple) -> str:
+  return ", ".join(f"{n}={','.join(f'{x:g}' for x in v) if isinstance(v, tuple) else f'{v:g}'}"
+                   for n, v in filters)
+
+
+def pickers_for(filters: tuple) -> dict[str, Picker]:
+  """:data:`PICKERS`, or with filters ours passing them to ``jax_argreduce.categorical`` and
+  the JAX sort-based sampler (``jax_samplers.sample_rows``) as the reference."""
+  if not filters:
+    return PICKERS
+  text = describe_filters(filters)
+  ours = dataclasses.replace(OURS, sample_name=f"jax_argreduce.categorical({text})",
+                             sample=sample_fused, filters=filters)
+  ref = dataclasses.replace(REFERENCE, sample_name=f"JAX sort-based sampler ({text})",
+                            sample=jax_samplers.sample_rows, filters=filters)
+  return {"ours": ours, "jnp": ref}
+
+
 def pick_tokens(logits: jax.Array, seq_keys: jax.Array, pos: jax.Array, temperature: jax.Array,
                 *, mode: str, picker: Picker = OURS) -> jax.Array:
   """Picks one token id per row of ``logits`` ``[batch, vocab]``; returns ``[batch]`` int32.
 
   greedy: ``picker.argmax(logits, axis=-1)`` on the whole batch. sample: one draw per row from
-  ``softmax(logits / temperature)`` by ``picker.sample``, row ``i`` keyed by
+  ``softmax(logits / temperature)`` (over what ``picker.filters`` keep) by ``picker.sample``,
+  row ``i`` keyed by
   ``fold_in(seq_keys[i], pos)``, so a sequence's samples depend on its key and position only.
   """
   if mode == "greedy":
@@ -123,7 +172,7 @@ def pick_tokens(logits: jax.Array, seq_keys: jax.Array, pos: jax.Array, temperat
   if mode != "sample":
     raise ValueError(f"mode must be 'greedy' or 'sample', got {mode!r}")
   step_keys = jax.vmap(lambda k: jax.random.fold_in(k, pos))(seq_keys)
-  return picker.sample(step_keys, logits, temperature)
+  return picker.sample(step_keys, logits, temperature, **picker.sample_kwargs())
 
 
 def sequence_keys(seed: int, n: int) -> jax.Array:
@@ -486,16 +535,20 @@ def equal_mass_bins(p: np.ndarray, k: int, n: int) -> tuple[np.ndarray, np.ndarr
 
 
 def distribution_check(row: np.ndarray, temperature: float, samplers: dict[str, SampleFn], *,
-                       draws: int, seed: int) -> dict:
+                       draws: int, seed: int, kept: np.ndarray | None = None) -> dict:
   """Draws ``draws`` samples from one logits ``row`` with each sampler (each draw its own key,
   the row repeated over a batch) and tests each sample's token frequencies against the exact
-  ``softmax(row / temperature)`` (float64) by chi-square over :func:`equal_mass_bins`.
+  ``softmax(row / temperature)`` (float64; renormalized over ``kept``, a boolean mask, where
+  given) by chi-square over :func:`equal_mass_bins`.
 
-  Returns {"df", "threshold", "bins", "results": {name: {"chi2", "ok", "tv"}}}; ``tv`` is the
-  total-variation distance between the binned frequencies and the binned probabilities.
+  Returns {"df", "threshold", "bins", "results": {name: {"chi2", "ok", "tv", "counts",
+  "outside"}}}; ``tv`` is the total-variation distance between the binned frequencies and the
+  binned probabilities, ``counts`` the draws per bin, ``outside`` the draws outside ``kept``.
   """
   z = row.astype(np.float64) / temperature
   p = np.exp(z - z.max())
+  if kept is not None:
+    p = np.where(kept, p, 0.0)
   p /= p.sum()
   bins, mass = equal_mass_bins(p, CHECK_BINS, draws)
   df = len(mass) - 1
@@ -513,14 +566,29 @@ def distribution_check(row: np.ndarray, temperature: float, samplers: dict[str, 
     tokens = np.concatenate([np.asarray(f(keys[i * chunk:(i + 1) * chunk], rows, temp))
                              for i in range(n_chunks)])
     if tokens.min() < 0 or tokens.max() >= vocab:
-      out["results"][name] = {"chi2": math.inf, "ok": False, "tv": 1.0}
+      out["results"][name] = {"chi2": math.inf, "ok": False, "tv": 1.0, "counts": None,
+                              "outside": n}
       continue
     obs = np.bincount(bins[tokens], minlength=len(mass))
     expected = n * mass
     chi2 = float(np.sum((obs - expected) ** 2 / expected))
     out["results"][name] = {"chi2": chi2, "ok": chi2 <= out["threshold"],
-                            "tv": float(0.5 * np.abs(obs / n - mass).sum())}
+                            "tv": float(0.5 * np.abs(obs / n - mass).sum()), "counts": obs,
+                            "outside": int(np.sum(p[tokens] == 0))}
   return out
+
+
+def two_sample_check(a: np.ndarray | None, b: np.ndarray | None) -> dict:
+  """Chi-square homogeneity of two equal-size samples' bin counts (from
+  :func:`distribution_check`: every bin expects at least 5 draws of each), and their total
+  variation. Returns {"chi2", "df", "threshold", "ok", "tv"}."""
+  if a is None or b is None:  # a sampler drew out of range
+    return {"chi2": math.inf, "df": 0, "threshold": 0.0, "ok": False, "tv": 1.0}
+  used = (a + b) > 0
+  chi2 = float(np.sum((a[used] - b[used]) ** 2 / (a[used] + b[used])))
+  df = max(int(used.sum()) - 1, 1)
+  return {"chi2": chi2, "df": df, "threshold": chi2_threshold(df),
+          "ok": chi2 <= chi2_threshold(df), "tv": float(0.5 * np.abs(a - b).sum() / a.sum())}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -557,10 +625,18 @@ def _parser() -> argparse.ArgumentParser:
   d.add_argument("--temperature", type=float, default=None,
                  help="--mode sample only (1.0 when omitted)")
   d.add_argument("--seed", type=int, default=0, help="weights, prompt and sampling keys")
+  for flag, what in (("top-k", "keep the k most likely tokens (0: all)"),
+                     ("top-p", "then the smallest head of them holding mass p (1: all)"),
+                     ("min-p", "then the tokens at least min_p times as likely as the top one "
+                               "(0: all)")):
+    d.add_argument(f"--{flag}", metavar="V[,V...]",
+                   help=f"--mode sample only: {what}; one value, or one per sequence "
+                        "(comma-separated)")
   c = p.add_argument_group("comparison")
   c.add_argument("--compare", action="store_true",
                  help="also run with the reference picker (jnp.argmax; in sample mode "
-                      "jax.random.categorical) and report speeds and agreement")
+                      "jax.random.categorical, or with filters the JAX sort-based sampler of "
+                      "jax_samplers.py) and report speeds and agreement")
   c.add_argument("--trace-steps", type=int, default=8,
                  help="--compare: decode steps per picker in the profiler trace that gives "
                       "the device time per step (0: no trace)")
@@ -618,6 +694,8 @@ def run_model(args) -> int:
   params = init_params(cfg, args.seed)
   n_params = sum(int(np.prod(w.shape)) for w in jax.tree_util.tree_leaves(params))
   temp = f", temperature {args.temperature:g}" if args.mode == "sample" else ""
+  if args.filters:
+    temp += f", {describe_filters(args.filters)}"
   print(f"model: vocab {cfg.vocab:,}, dim {cfg.dim}, layers {cfg.layers}, heads {cfg.heads} "
         f"(head_dim {cfg.head_dim}), mlp {cfg.mlp_dim}, {'tied' if cfg.tied else 'untied'} "
         f"LM head, {n_params / 1e6:.1f}M params, {cfg.dtype}")
@@ -625,7 +703,9 @@ def run_model(args) -> int:
         f"mode {args.mode}{temp}, seed {args.seed}")
   print(_device_line())
 
-  pickers = list(PICKERS.values()) if args.compare else [OURS]
+  by_tag = pickers_for(args.filters)
+  our_picker, ref_picker = by_tag["ours"], by_tag["jnp"]
+  pickers = list(by_tag.values()) if args.compare else [our_picker]
   gens: dict[str, Generation] = {}
   kw = dict(batch=args.batch, prompt_len=args.prompt_len, steps=args.steps, mode=args.mode,
             temperature=args.temperature, seed=args.seed, params=params)
@@ -640,13 +720,13 @@ def run_model(args) -> int:
       gens[p.tag] = gen
   for p in pickers:
     print(_speed_line(p.label(args.mode), gens[p.tag], args.batch))
-  ours = gens[OURS.tag]
+  ours = gens[our_picker.tag]
   _print_tokens(ours.tokens)
   if not args.compare:
     return 0
 
-  ref = gens[REFERENCE.tag]
-  name, ref_name = OURS.label(args.mode), REFERENCE.label(args.mode)
+  ref = gens[ref_picker.tag]
+  name, ref_name = our_picker.label(args.mode), ref_picker.label(args.mode)
   if ours.steady_s and ref.steady_s:
     ratio = statistics.median(ref.steady_s) / statistics.median(ours.steady_s)
     print(f"median step wall time, {ref_name} / {name}: {ratio:.2f}x")
@@ -655,7 +735,7 @@ def run_model(args) -> int:
         cfg, params, pickers, batch=args.batch, prompt_len=args.prompt_len,
         steps=min(args.trace_steps, args.steps), max_len=args.prompt_len + args.steps,
         mode=args.mode, temperature=args.temperature, seed=args.seed)
-    a, b = spans.get(OURS.tag), spans.get(REFERENCE.tag)
+    a, b = spans.get(our_picker.tag), spans.get(ref_picker.tag)
     if a and b:
       print(f"device span per step (profiler trace, median of {min(args.trace_steps, args.steps)}"
             f" steps, {source}): {name} {a:.1f} µs, {ref_name} {b:.1f} µs; ours - reference "
@@ -666,7 +746,7 @@ def run_model(args) -> int:
       print(f"device span per step: {source}")
 
   if args.mode == "sample":
-    return _sample_check(cfg, params, args)
+    return _sample_check(cfg, params, args, by_tag)
   same = np.array_equal(ours.tokens, ref.tokens)
   if same:
     print(f"greedy tokens identical to jnp.argmax: yes ({ours.tokens.size} tokens)")
@@ -678,25 +758,47 @@ def run_model(args) -> int:
   return 1  # same logits, same argmax: a mismatch is a bug
 
 
-def _sample_check(cfg: ModelConfig, params: dict, args) -> int:
-  """Both samplers against softmax(logits / T) on sequence 0's first logits row."""
+def _sample_check(cfg: ModelConfig, params: dict, args, pickers: dict[str, Picker]) -> int:
+  """Both samplers against softmax(logits / T) on sequence 0's first logits row; with filters
+  renormalized over the JAX reference's kept set (sequence 0's filter values), and ours
+  against the reference's draws by a two-sample test."""
   row = _first_logits(cfg, params, args)
-  samplers = {p.sample_name: p.sample for p in PICKERS.values()}
+  ours, ref = pickers["ours"], pickers["jnp"]
+  samplers = {p.sample_name: functools.partial(p.sample, **p.sample_kwargs(row=0))
+              for p in pickers.values()}
+  kept = None
+  if ours.filters:
+    kept = np.asarray(jax_samplers.kept(jnp.asarray(row), args.temperature,
+                                        **ref.sample_kwargs(row=0)))
   res = distribution_check(row, args.temperature, samplers, draws=args.check_draws,
-                           seed=args.seed)
+                           seed=args.seed, kept=kept)
+  mine = res["results"][ours.sample_name]
   if res["df"] == 0:  # one bin holds every token: any sample fits, nothing is tested
     print(f"sampling check: not informative for this row: softmax(logits / "
-          f"{args.temperature:g}) is too peaked for more than one equal-mass bin at "
-          f"{res['draws']} draws (raise --temperature or --check-draws, or drop --tied)")
-    return 0
+          f"{args.temperature:g}) is too peaked (or keeps too few tokens) for more than one "
+          f"equal-mass bin at {res['draws']} draws (raise --temperature or --check-draws, or "
+          f"drop --tied)")
+    return 1 if mine["outside"] else 0
+  target = f"softmax(logits / {args.temperature:g})"
+  if kept is not None:
+    row_filters = tuple(ref.sample_kwargs(row=0).items())
+    target += (f" over the JAX sampler's kept set ({int(kept.sum())} tokens; sequence 0's "
+               f"{describe_filters(row_filters)})")
   print(f"sampling check: {res['draws']} draws per sampler from sequence 0's first logits row, "
-        f"token frequencies in {res['bins']} equal-mass bins vs softmax(logits / "
-        f"{args.temperature:g}); chi-square fails above {res['threshold']:.1f} (df {res['df']}, "
-        f"p < {CHECK_ALPHA:g})")
+        f"token frequencies in {res['bins']} equal-mass bins vs {target}; chi-square fails "
+        f"above {res['threshold']:.1f} (df {res['df']}, p < {CHECK_ALPHA:g})")
   for name, r in res["results"].items():
-    print(f"  {name}: chi2 {r['chi2']:.1f}, total variation {r['tv']:.3f}: "
+    outside = f", {r['outside']} outside the kept set" if kept is not None and r["outside"] else ""
+    print(f"  {name}: chi2 {r['chi2']:.1f}, total variation {r['tv']:.3f}{outside}: "
           f"{'pass' if r['ok'] else 'FAIL'}")
-  return 0 if res["results"][OURS.sample_name]["ok"] else 1
+  ok = mine["ok"]
+  if ours.filters:  # the two samplers' draws against each other, same bins
+    two = two_sample_check(mine["counts"], res["results"][ref.sample_name]["counts"])
+    print(f"  ours vs the JAX sampler: two-sample chi2 {two['chi2']:.1f} (df {two['df']}, fails "
+          f"above {two['threshold']:.1f}), total variation {two['tv']:.3f}: "
+          f"{'pass' if two['ok'] else 'FAIL'}")
+    ok = ok and two["ok"]
+  return 0 if ok else 1
 
 
 def run_logits(args) -> int:
@@ -721,8 +823,12 @@ def run_logits(args) -> int:
   print(f"logits: {args.logits}, {rows.shape[0]} row(s) x vocab {rows.shape[1]:,}, "
         f"{rows.dtype}{note}; mode {args.mode}"
         + (f", temperature {args.temperature:g}, seed {args.seed}" if args.mode == "sample"
-           else ""))
+           else "") + (f", {describe_filters(args.filters)}" if args.filters else ""))
   print(_device_line())
+  error = check_filter_rows(args.filters, rows.shape[0], "row of the file")
+  if error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
 
   x = jnp.asarray(rows)
   greedy = functools.partial(pick_tokens, seq_keys=None, pos=None, temperature=None,
@@ -732,7 +838,8 @@ def run_logits(args) -> int:
          if args.compare else None)
   sampled = None
   if args.mode == "sample":
-    sample = jax.jit(functools.partial(pick_tokens, mode="sample", picker=OURS))
+    sample = jax.jit(functools.partial(pick_tokens, mode="sample",
+                                       picker=pickers_for(args.filters)["ours"]))
     sampled = np.asarray(sample(x, sequence_keys(args.seed, rows.shape[0]), jnp.int32(0),
                                 jnp.float32(args.temperature)))
 
@@ -768,10 +875,58 @@ def run_logits(args) -> int:
   return 0
 
 
+# Per filter: the value's type and its range (SPEC §1f), as the flag's error says it.
+_FILTER_RANGES = {"top_k": (int, lambda v: v >= 0, ">= 0"),
+                  "top_p": (float, lambda v: 0 < v <= 1, "in (0, 1]"),
+                  "min_p": (float, lambda v: 0 <= v <= 1, "in [0, 1]")}
+
+
+def parse_filters(args) -> tuple:
+  """``--top-k`` / ``--top-p`` / ``--min-p`` as Picker.filters: ((name, value), ...), a value
+  a scalar or a tuple (one per sequence). Raises ValueError naming the flag."""
+  out = []
+  for name in FILTERS:
+    text = getattr(args, name)
+    if text is None:
+      continue
+    flag = "--" + name.replace("_", "-")
+    cast, ok, rule = _FILTER_RANGES[name]
+    try:
+      values = tuple(cast(v) for v in text.split(","))
+    except ValueError:
+      raise ValueError(f"{flag} {text!r}: expected {cast.__name__} values, comma-separated")
+    if not all(ok(v) for v in values):
+      raise ValueError(f"{flag} {text!r}: every value must be {rule}")
+    out.append((name, values[0] if len(values) == 1 else values))
+  return tuple(out)
+
+
+def check_filter_rows(filters: tuple, rows: int, what: str) -> str | None:
+  """An error where a per-sequence filter has not one value per ``what`` (``rows``)."""
+  for name, v in filters:
+    if isinstance(v, tuple) and len(v) != rows:
+      return (f"--{name.replace('_', '-')} has {len(v)} values: give one, or one per {what} "
+              f"({rows})")
+  return None
+
+
 def main(argv: list[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   if args.mode == "greedy" and args.temperature is not None:
     print("error: --temperature applies to --mode sample only (greedy is argmax)",
+          file=sys.stderr)
+    return 2
+  try:
+    args.filters = parse_filters(args)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if args.filters and args.mode == "greedy":
+    print("error: --top-k, --top-p and --min-p apply to --mode sample only (greedy is argmax)",
+          file=sys.stderr)
+    return 2
+  if args.filters and not HAS_FILTERS:
+    print("error: this jax_argreduce's categorical has no top_k/top_p/min_p (SPEC §1f)",
           file=sys.stderr)
     return 2
   if args.temperature is None:
@@ -782,6 +937,10 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   if args.logits:
     return run_logits(args)
+  error = check_filter_rows(args.filters, args.batch, "sequence (--batch)")
+  if error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
   for flag in ("vocab", "dim", "layers", "heads", "batch", "prompt_len", "steps", "check_draws"):
     if getattr(args, flag) < 1:
       print(f"error: --{flag.replace('_', '-')} must be >= 1", file=sys.stderr)

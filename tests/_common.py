@@ -8,6 +8,9 @@ errors and result dtypes are compared with.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +30,24 @@ ALL_OPS = reference.OPS
 # op -> (ours, numpy reference, jnp) for argmax / argmin.
 OPS = {op: (getattr(jax_argreduce, op), reference.REFERENCE[op], getattr(jnp, op))
        for op in reference.ARG_OPS}
+
+
+_EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+@contextlib.contextmanager
+def example_module(name: str):
+  """``examples/<name>.py`` loaded by path (examples/ is not a package), registered in
+  sys.modules while in use: its dataclasses resolve their module by name."""
+  module_name = f"jax_argreduce_example_{name}"
+  spec = importlib.util.spec_from_file_location(module_name, _EXAMPLES / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[module_name] = module
+  try:
+    spec.loader.exec_module(module)
+    yield module
+  finally:
+    sys.modules.pop(module_name, None)
 
 
 def jnp_like(op):

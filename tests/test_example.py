@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import pathlib
 import re
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,8 +11,7 @@ import numpy as np
 import pytest
 
 import jax_argreduce
-
-_PATH = pathlib.Path(__file__).resolve().parents[1] / "examples" / "sample.py"
+from _common import example_module
 
 # Small enough that every run compiles and decodes in about a second on a 2-core CPU.
 SMALL = ["--vocab", "1000", "--dim", "32", "--heads", "2", "--layers", "2", "--batch", "3",
@@ -24,17 +20,8 @@ SMALL = ["--vocab", "1000", "--dim", "32", "--heads", "2", "--layers", "2", "--b
 
 @pytest.fixture(scope="module")
 def sample():
-  # examples/ is not a package: load the script by path (registered in sys.modules first, so
-  # its dataclasses resolve their module).
-  name = "jax_argreduce_example_sample"
-  spec = importlib.util.spec_from_file_location(name, _PATH)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[name] = module
-  try:
-    spec.loader.exec_module(module)
+  with example_module("sample") as module:
     yield module
-  finally:
-    sys.modules.pop(name, None)
 
 
 def _small_config(sample, dtype="float32"):
@@ -217,3 +204,72 @@ def test_logits_file(sample, tmp_path, capsys):
   assert sample.main(["--logits", str(tmp_path / "one.npy")]) == 0
   rows = _rows(capsys.readouterr().out, 3)
   assert [(int(r[0]), int(r[1])) for r in rows] == [(0, int(want[0]))]
+
+
+# Filters (SPEC §1f): --top-k / --top-p / --min-p, one value or one per sequence.
+
+def test_filtered_sample_compare_cli(sample, capsys):
+  assert sample.main(SMALL + ["--mode", "sample", "--temperature", "0.8", "--top-k", "50",
+                              "--top-p", "0.9", "--compare", "--check-draws", "1024",
+                              "--trace-steps", "2"]) == 0
+  out = capsys.readouterr().out
+  assert "mode sample, temperature 0.8, top_k=50, top_p=0.9, seed 0" in out
+  m = re.search(r"^sampling check: 1024 draws per sampler .* vs softmax\(logits / 0.8\) over "
+                r"the JAX sampler's kept set \((\d+) tokens; sequence 0's top_k=50, top_p=0.9\)",
+                out, re.M)
+  assert m and 1 <= int(m.group(1)) <= 50, out
+  for name in ("jax_argreduce.categorical(top_k=50, top_p=0.9)",
+               "JAX sort-based sampler (top_k=50, top_p=0.9)"):
+    assert re.search(rf"^  {re.escape(name)}: chi2 [\d.]+, total variation [\d.]+: pass$",
+                     out, re.M), out
+  assert re.search(r"^  ours vs the JAX sampler: two-sample chi2 [\d.]+ \(df \d+, fails above "
+                   r"[\d.]+\), total variation [\d.]+: pass$", out, re.M), out
+  assert re.search(r"^device span per step \(profiler trace, median of 2 steps", out, re.M)
+
+
+def test_per_sequence_filters(sample, capsys):
+  filters = (("top_k", (0, 20, 5)), ("top_p", (0.9, 0.5, 1.0)), ("min_p", 0.05))
+  logits = jax.random.normal(jax.random.key(2), (3, 300)) * 2.0
+  keys = sample.sequence_keys(0, 3)
+  pickers = sample.pickers_for(filters)
+  assert pickers["ours"].sample is sample.sample_fused
+  for picker in pickers.values():
+    kept = np.asarray(sample.jax_samplers.kept(logits, 0.8, **picker.sample_kwargs()))
+    assert kept[1].sum() <= 20 and kept[2].sum() <= 5
+    step = jax.jit(lambda pos, picker=picker: sample.pick_tokens(
+        logits, keys, pos, jnp.float32(0.8), mode="sample", picker=picker))
+    drawn = np.stack([np.asarray(step(jnp.int32(i))) for i in range(20)])
+    assert all(kept[r, drawn[:, r]].all() for r in range(3)), (picker.sample_name, drawn)
+  assert sample.main(SMALL + ["--mode", "sample", "--top-k", "0,20,5", "--top-p", "0.9,0.5,1",
+                              "--min-p", "0.05"]) == 0
+  out = capsys.readouterr().out
+  assert "mode sample, temperature 1, top_k=0,20,5, top_p=0.9,0.5,1, min_p=0.05" in out
+  assert len(re.findall(r"^  seq \d+: \d+( \d+)*$", out, re.M)) == 3
+
+
+@pytest.mark.parametrize("flags,error", [
+    (["--top-k", "5"], "apply to --mode sample only"),
+    (["--mode", "sample", "--top-p", "0.9,0.5"], "--top-p has 2 values: give one, or one per "
+                                                 "sequence (--batch) (3)"),
+    (["--mode", "sample", "--top-p", "0"], "--top-p '0': every value must be in (0, 1]"),
+    (["--mode", "sample", "--min-p", "1.5"], "--min-p '1.5': every value must be in [0, 1]"),
+    (["--mode", "sample", "--top-k", "2.5"], "--top-k '2.5': expected int values"),
+])
+def test_filter_flags_refused(sample, capsys, flags, error):
+  assert sample.main(SMALL + flags) == 2
+  assert error in capsys.readouterr().err
+
+
+def test_two_sample_check_rejects_other_filters(sample):
+  # Draws of top_k=10 against draws of top_k=20 from the same row: the bins of the kept set of
+  # the first tell them apart; two samplers of the same filters pass.
+  row = np.asarray(jax.random.normal(jax.random.key(4), (400,))) * 2.0
+  kept = np.asarray(sample.jax_samplers.kept(jnp.asarray(row), 1.0, top_k=10))
+  ref = lambda k: (lambda keys, x, t: sample.jax_samplers.sample_rows(keys, x, t, top_k=k))
+  fused = lambda keys, x, t: sample.sample_fused(keys, x, t, top_k=10)
+  res = sample.distribution_check(row, 1.0, {"ref": ref(10), "ours": fused, "wide": ref(20)},
+                                  draws=2000, seed=0, kept=kept)["results"]
+  assert res["ref"]["ok"] and res["ours"]["ok"] and not res["wide"]["ok"]
+  assert res["ref"]["outside"] == res["ours"]["outside"] == 0 < res["wide"]["outside"]
+  assert sample.two_sample_check(res["ours"]["counts"], res["ref"]["counts"])["ok"]
+  assert not sample.two_sample_check(res["wide"]["counts"], res["ref"]["counts"])["ok"]
