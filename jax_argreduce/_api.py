@@ -399,8 +399,10 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
       row's filters keep everything). ``T == 0`` returns the row's argmax whatever the filters.
       Traced values are not range-checked: ``top_k < 0`` keeps all, ``top_p <= 0`` or
       ``min_p > 1`` keep only the top token, a NaN ``top_p``/``min_p`` filters nothing.
-      On platforms without the filtered handler (CUDA, until its kernels land) the XLA path
-      sorts each row and sums the masses in float32: the same distribution, other samples.
+      The CPU and CUDA handlers give the same samples; on a GPU a concrete ``top_k`` in
+      [1, 1024] takes the fast path (a select of k candidates), while ``top_p``/``min_p``
+      without one take an exact but slow kernel (README). ``method="xla"`` sorts each row and
+      sums the masses in float32: the same distribution, other samples.
     method: "auto" (the fused handler wherever one is built: CPU, and CUDA when compiled in)
       or "kernel" (the same); "xla": Gumbel noise from threefry2x32 materialized by XLA (the
       path of platforms without the handler): the same distribution, other samples.
