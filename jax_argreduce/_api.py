@@ -353,7 +353,7 @@ def _key_bits(key, batch_shape, name: str):
 
 
 def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, top_p=None,
-                min_p=None, method: str = "auto", axis_name=None):
+                min_p=None, top_k_bound=None, method: str = "auto", axis_name=None):
   """Samples one index per row from ``softmax(logits / temperature)``, in one pass; with
   ``top_k``, ``top_p`` or ``min_p``, from that distribution renormalized over the tokens the
   filters keep (SPEC §1f).
@@ -391,18 +391,25 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
       first ``top_k`` (0, or ``top_k >= `` the row's length: all); top-p walks those in order
       and keeps a token iff the mass of the kept-candidates before it is below ``top_p`` times
       their total (the first always; ``top_p`` in (0, 1], 1: no filter); min-p keeps a token iff
-      its mass relative to the top token is at least ``min_p`` (in [0, 1]). Masses are
-      ``E = exp(z - z_max)`` correctly rounded to float32 and, for top-p, rounded down to
-      multiples of 2^-32 and summed exactly in integers: the kept set is the same on every
-      device and batch composition (a mass below 2^-32 of the top token's counts as 0). The
-      sample is the argmax of ``z + G`` over the kept tokens (the unfiltered sample where a
-      row's filters keep everything). ``T == 0`` returns the row's argmax whatever the filters.
-      Traced values are not range-checked: ``top_k < 0`` keeps all, ``top_p <= 0`` or
-      ``min_p > 1`` keep only the top token, a NaN ``top_p``/``min_p`` filters nothing.
-      The CPU and CUDA handlers give the same samples; on a GPU a concrete ``top_k`` in
-      [1, 1024] takes the fast path (a select of k candidates), while ``top_p``/``min_p``
-      without one take an exact but slow kernel (README). ``method="xla"`` sorts each row and
-      sums the masses in float32: the same distribution, other samples.
+      its mass relative to the top token is at least ``min_p`` (in [0, 1]). ``top_p`` and
+      ``min_p`` are used as float32 (range-checked before the rounding). A token's mass is
+      ``E = exp(d)`` correctly rounded to float32, ``d = z - z_max`` rounded to float32 first
+      (0 where ``z == z_max``); for top-p the masses are rounded down to multiples of 2^-32 and
+      summed exactly in integers: the kept set is the same on every device and batch
+      composition (a mass below 2^-32 of the top token's counts as 0). The sample is the argmax
+      of ``z + G`` over the kept tokens (the unfiltered sample where a row's filters keep
+      everything). ``T == 0`` returns the row's argmax whatever the filters. Traced values are
+      not range-checked: ``top_k < 0`` keeps all, ``top_p <= 0`` or ``min_p > 1`` keep only the
+      top token, a NaN ``top_p``/``min_p`` filters nothing. The CPU and CUDA handlers give the
+      same samples. On a GPU, rows whose top_k is known to be in [1, 1024] take the fast path
+      (a select of that many candidates); ``top_p``/``min_p`` without it take an exact but slow
+      kernel (README). ``method="xla"`` sorts each row and uses XLA's ``exp`` and float32 sums:
+      the same distribution, other samples, and boundaries (top-p and min-p) may differ.
+    top_k_bound: None, or a static int >= 1 promising every row's ``top_k`` is in
+      [1, top_k_bound] (values are clipped to that range, traced ones included): lets a
+      traced per-row ``top_k`` (e.g. an argument of a jitted decode step) take the GPU's fast
+      path. Without it a concrete ``top_k`` whose values are all >= 1 gives the bound itself
+      (its largest value rounded up to a power of two: a few compiled variants).
     method: "auto" (the fused handler wherever one is built: CPU, and CUDA when compiled in)
       or "kernel" (the same); "xla": Gumbel noise from threefry2x32 materialized by XLA (the
       path of platforms without the handler): the same distribution, other samples.
@@ -423,6 +430,8 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
       temperature; a temperature or filter of another shape; a concrete filter out of range
       (the message names it).
     NotImplementedError: filters with ``axis_name`` (a vocabulary split inside shard_map).
+    ValueError also: ``top_k_bound`` not an int >= 1, given without ``top_k``, or below a
+      concrete ``top_k``.
     IndexError: ``axis`` out of range.
     TypeError: ``key`` is not a key array, complex logits, a temperature that is not real
       (bool, complex, str).
@@ -433,7 +442,8 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
   exchanges one ``[rows, shards]`` set of (noisy maximum, index) pairs; samples are identical to
   unsharded ones. Under Auto mesh axes (XLA decides the split after tracing) XLA gathers the
   logits for the call (exact; jax_argreduce/_sharding.py): shard with explicit axes or use
-  ``axis_name=`` inside ``shard_map``.
+  ``axis_name=`` inside ``shard_map``. With filters, split rows sample where they are, but a
+  split vocabulary is gathered for the call (exact; a per-shard exchange is not written yet).
 
   Semantics: ``-inf`` logits are never drawn unless the whole row is ``-inf`` (then index 0);
   a NaN logit wins as in ``argmax`` (its y is NaN). The noise lies in [-3.1300, 22.8739]
@@ -469,7 +479,7 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
                                 "split inside shard_map) are not supported yet")
     return _filtered_categorical(key, logits, temperature, *filters, axis=axis,
                                  method=_dispatch.check_method(method),
-                                 k_bound=_params.k_bound(filters[0]))
+                                 k_bound=_params.k_bound(filters[0], top_k_bound, name))
   return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)
 
 
@@ -493,6 +503,8 @@ def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis
   t = _params.operand(_params.TEMPERATURE, temperature, batch_shape, name, noise_dtype)
   operands = [_params.operand(p, v, batch_shape, name)
               for p, v in zip(_params.FILTERS, (top_k, top_p, min_p))]
+  if k_bound > 0:  # the promise the handlers may rely on, kept for traced values too
+    operands[0] = jnp.clip(operands[0], 1, min(k_bound, _params.INT32_MAX))
   if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
     logits = logits.astype(np.float32)
   _, indices = _primitives.filtered_categorical_last_axis(

@@ -121,16 +121,36 @@ def per_row(shape, batch) -> bool:
   return len(batch) > 0 and tuple(shape) == tuple(batch)
 
 
-def k_bound(top_k) -> int:
-  """A static bound for a checked ``top_k``: its largest value where every value is concrete
-  and at least 1 (each row then takes at most that many candidates), else 0 (no promise)."""
-  if top_k is None:
+def k_bound(top_k, bound, op: str) -> int:
+  """The static bound of a checked ``top_k`` for the primitive (0: none; > 0: every row's
+  top_k is in [1, bound], which lets the CUDA handler select that many candidates per row).
+
+  ``bound`` (the caller's ``top_k_bound``: None or an int >= 1) is taken as given: the rows'
+  values are then clipped to [1, bound] (traced ones are not checked), so every handler sees
+  the same values. Without it, a concrete ``top_k`` whose values are all >= 1 gives its largest
+  value rounded up to a power of two (a few compiled variants, not one per value; the extra
+  candidates change nothing: each row keeps its own first top_k); else 0."""
+  if bound is not None:
+    if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 1:
+      raise ValueError(f"{op}: top_k_bound must be an int >= 1 or None, got {bound!r}")
+    if top_k is None:
+      raise ValueError(f"{op}: top_k_bound needs top_k")
+    host = _concrete(top_k)
+    if host is not None and host.size and host.max() > bound:
+      raise ValueError(f"{op}: top_k has values above top_k_bound ({int(host.max())} > {bound})")
+    return int(min(bound, INT32_MAX))
+  host = _concrete(top_k)
+  if host is None or host.size == 0 or host.min() < 1:
     return 0
+  return int(min(1 << (int(host.max()) - 1).bit_length(), INT32_MAX))
+
+
+def _concrete(value):
+  """``value`` as a numpy array where it is concrete, else None (None too)."""
+  if value is None:
+    return None
   try:
     with jax.transfer_guard("allow"):
-      host = np.asarray(top_k)
+      return np.asarray(value)
   except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return 0
-  if host.size == 0 or host.min() < 1:
-    return 0
-  return int(min(host.max(), INT32_MAX))
+    return None

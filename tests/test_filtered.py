@@ -179,3 +179,27 @@ def test_traced_filters_are_not_checked_and_keep_the_top_token():
 def test_axis_name_with_filters_is_not_supported_yet():
   with pytest.raises(NotImplementedError, match="axis_name"):
     jax_argreduce.categorical(jax.random.key(0), jnp.zeros((2, 8)), top_k=2, axis_name="x")
+
+
+def test_top_k_bound():
+  x = _rows(9, rows=8, cols=300)
+  keys = jax.random.split(jax.random.key(9), x.shape[0])
+  k = np.array([3, 5, 1, 8, 2, 7, 4, 6])
+  want = np.asarray(jax_argreduce.categorical(keys, x, top_k=k, top_p=0.9))
+  # A traced per-row top_k with a static bound: the same samples (the bound selects more
+  # candidates than a row keeps; the values are clipped to [1, bound]).
+  f = jax.jit(lambda kk: jax_argreduce.categorical(keys, x, top_k=kk, top_p=0.9, top_k_bound=8))
+  np.testing.assert_array_equal(np.asarray(f(k)), want)
+  assert "k_bound=8" in str(jax.make_jaxpr(f)(k))
+  # Traced values outside [1, bound] are clipped: 0 ("all") becomes 1 (the argmax of z).
+  got = np.asarray(f(np.zeros(8, np.int32)))
+  np.testing.assert_array_equal(got, np.asarray(jax_argreduce.categorical(keys, x, top_k=1)))
+  # Concrete values: bounded by their maximum rounded up to a power of two.
+  lowered = jax.jit(lambda: jax_argreduce.categorical(keys, x, top_k=k)).lower().as_text()
+  assert "k_bound = 8" in lowered
+  with pytest.raises(ValueError, match="top_k_bound"):
+    jax_argreduce.categorical(keys, x, top_k=k, top_k_bound=4)
+  with pytest.raises(ValueError, match="top_k_bound"):
+    jax_argreduce.categorical(keys, x, top_p=0.5, top_k_bound=4)
+  with pytest.raises(ValueError, match="top_k_bound"):
+    jax_argreduce.categorical(keys, x, top_k=3, top_k_bound=0)
