@@ -87,7 +87,9 @@ def check(param: RowParam, value, op: str):
                      f"{host if host.size <= 8 else 'an array with values out of range'}")
   if isinstance(value, jax.Array):
     return value
-  if not param.integer and jnp.issubdtype(host.dtype, jnp.integer):
+  if param.integer:  # past int32 keeps every token, as k = cols does (and a jit argument of
+    return np.minimum(host, INT32_MAX).astype(np.int32)  # int64 would wrap without x64)
+  if jnp.issubdtype(host.dtype, jnp.integer):
     return v
   return host
 
