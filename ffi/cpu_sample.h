@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "categorical.h"
+#include "cpu_reduce.h"
 #include "cpu_select.h"
 #include "order.h"
 #include "sample_filter.h"
@@ -25,6 +26,7 @@ namespace jax_argreduce {
 struct SampleScratch {
   std::vector<SelectItem> items;
   std::vector<uint64_t> buckets;  // top-p's masses per radix bucket
+  std::vector<uint64_t> masked;   // a row with its dropped tokens at -inf (as Bits)
 };
 
 template <Format F>
@@ -66,15 +68,10 @@ struct FilteredSamplerCpu {
     return best;
   }
 
-  // The unfiltered draw: argmax of the noisy keys, the lowest column on ties (categorical's
-  // sample, without its skipping).
+  // The unfiltered draw: categorical's own scan (cpu_reduce.h), whose bounds skip the noise
+  // of tokens that cannot win.
   static Pair DrawAll(const Bits* x, int64_t cols, const Row& r) {
-    Pair best{NoisyKey<F>(r, r.Scaled(x[0]), 0), 0};
-    for (int64_t c = 1; c < cols; ++c) {
-      const Key key = NoisyKey<F>(r, r.Scaled(x[c]), c);
-      if (key > best.key) best = Pair{key, static_cast<int32_t>(c)};
-    }
-    return best;
+    return ScanRowCpu<Policy>(x, cols, r);
   }
 
   static Pair SampleTopK(const Bits* x, int64_t cols, const Row& r, const RowFilters& f,
@@ -88,12 +85,12 @@ struct FilteredSamplerCpu {
     if (f.HasTopP()) {
       uint64_t total = 0;
       for (int64_t i = 0; i < f.k; ++i) {
-        total += MassFixed(RelativeMass(r.Scaled(x[items[i].col]), z_max));
+        total += FixedMass(r.Scaled(x[items[i].col]), z_max);
       }
       uint64_t before = 0;
       int64_t i = 0;
       for (; i < kept && MassBelow(before, f.p, total); ++i) {
-        before += MassFixed(RelativeMass(r.Scaled(x[items[i].col]), z_max));
+        before += FixedMass(r.Scaled(x[items[i].col]), z_max);
       }
       kept = i;
     }
@@ -135,21 +132,29 @@ struct FilteredSamplerCpu {
     SelectItem bar{0, cols};  // no top-p: the order's last place, every token kept
     if (f.HasTopP()) bar = TopPBar(x, cols, r, f.p, z_max, scratch);
 
-    bool found = false;
-    Pair best{};
+    // The draw: the unfiltered scan over the row with its dropped tokens set to -inf, whose
+    // y = -inf never wins while a kept token (finite z: z_max > -inf) remains, and whose
+    // bounds skip the noise of tokens that cannot win.
+    const float d_floor = f.HasMinP() ? MinPFloor(f.min_p) : -INFINITY;
+    auto& masked = scratch.masked;
+    masked.resize((static_cast<size_t>(cols) * sizeof(Bits) + 7) / 8);
+    Bits* row = reinterpret_cast<Bits*>(masked.data());
+    bool any = false;
     for (int64_t c = 0; c < cols; ++c) {
       const Noise z = r.Scaled(x[c]);
-      const SelectItem item{SortKey(z), c};
-      if (bar > item) continue;  // after top-p's last kept token
-      if (f.HasMinP() && RelativeMass(z, z_max) < f.min_p) continue;
-      const Key key = NoisyKey<F>(r, z, c);
-      if (!found || key > best.key) best = Pair{key, static_cast<int32_t>(c)};
-      found = true;
+      const bool kept = !(bar > SelectItem{SortKey(z), c}) && MassExponent(z, z_max) >= d_floor;
+      row[c] = kept ? x[c] : kNegInf;
+      any |= kept;
     }
     // The top token is kept by any filter in range (its E is 1, the mass before it 0); with
     // min_p > 1 or p <= 0 (traced values are not checked) nothing would be: the top token.
-    return found ? best : Draw(x, r, top_col);
+    return any ? ScanRowCpu<Policy>(row, cols, r) : Draw(x, r, top_col);
   }
+
+  // -inf in the logits' format.
+  static constexpr Bits kNegInf = static_cast<Bits>(
+      F == Format::kF64 ? 0xFFF0000000000000ull : F == Format::kF32 ? 0xFF800000u
+                        : F == Format::kBF16 ? 0xFF80u : 0xFC00u);
 
   // top-p over the whole row: the last token whose mass before it is below p of the total.
   static SelectItem TopPBar(const Bits* x, int64_t cols, const Row& r, float p, Noise z_max,
@@ -160,7 +165,7 @@ struct FilteredSamplerCpu {
     uint64_t total = 0;
     for (int64_t c = 0; c < cols; ++c) {
       const Noise z = r.Scaled(x[c]);
-      const uint64_t w = MassFixed(RelativeMass(z, z_max));
+      const uint64_t w = FixedMass(z, z_max);
       total += w;
       buckets[SortKey(z) >> kShift] += w;
     }
@@ -179,7 +184,7 @@ struct FilteredSamplerCpu {
     for (int64_t c = 0; c < cols; ++c) {
       const Noise z = r.Scaled(x[c]);
       const uint64_t key = SortKey(z);
-      if (static_cast<int64_t>(key >> kShift) == b && MassFixed(RelativeMass(z, z_max)) > 0) {
+      if (static_cast<int64_t>(key >> kShift) == b && FixedMass(z, z_max) > 0) {
         items.push_back(SelectItem{key, c});
       }
     }
@@ -190,7 +195,7 @@ struct FilteredSamplerCpu {
     for (const SelectItem& item : items) {
       if (!MassBelow(before, p, total)) break;
       last = item;
-      before += MassFixed(RelativeMass(r.Scaled(x[item.col]), z_max));
+      before += FixedMass(r.Scaled(x[item.col]), z_max);
     }
     return last;
   }

@@ -47,6 +47,39 @@ JAX_ARGREDUCE_HD float RelativeMass(Noise z, Noise z_max) {
   return ExpF32(static_cast<float>(z - z_max));
 }
 
+// d of a token: z - z_max rounded to float32 (0 where z == z_max, ±inf tops included), the
+// argument of its mass ExpF32(d).
+template <class Noise>
+JAX_ARGREDUCE_HD float MassExponent(Noise z, Noise z_max) {
+  return z < z_max ? static_cast<float>(z - z_max) : 0.0f;
+}
+
+// MassFixed(RelativeMass(z, z_max)) without the exp where it is 0: ExpF32(d) < 2^-32 for
+// d < -23 (exp(-23) = 1.03e-10), and ExpF32 is non-decreasing.
+template <class Noise>
+JAX_ARGREDUCE_HD uint64_t FixedMass(Noise z, Noise z_max) {
+  const float d = MassExponent(z, z_max);
+  return d < -23.0f ? 0 : MassFixed(ExpF32(d));
+}
+
+// min-p as a floor on d: ExpF32(d) >= min_p iff d >= MinPFloor(min_p) (ExpF32 is
+// non-decreasing, so the kept d form [floor, 0]); found by bisection over the float32
+// magnitudes of d <= 0 (32 steps a row instead of an exp per token). +inf where no d <= 0
+// qualifies (min_p > 1, a traced value).
+JAX_ARGREDUCE_HD float MinPFloor(float min_p) {
+  if (!(ExpF32(0.0f) >= min_p)) return INFINITY;
+  uint32_t lo = 0, hi = 0x7F800000u;  // magnitudes: E(-|lo|) >= min_p; find the largest
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (ExpF32(-exact_detail::AsFloat(mid)) >= min_p) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return -exact_detail::AsFloat(lo);
+}
+
 // The sampler's noisy key of column `col` (this call's) of a row: the key of
 // y = fl(z + G(key, row, global column)), the value the unfiltered sampler's scan compares
 // (categorical.h, Visit), so a row without filters samples what categorical samples.
