@@ -2,10 +2,10 @@
 
 Joins JAX's distributed runtime (coordinator at ADDRESS, process ID of COUNT; CPU collectives
 over gloo), builds logits on a global mesh that splits the vocabulary over every process's
-devices, and checks argmax, max_with_index, top_k and categorical against numpy (top_k against
-reference.top_k: values bit for bit; categorical against the unsharded sample, which a vocab
-split must not change). Prints "OK <id>" on
-success; any mismatch raises (exit code 1).
+devices, and checks argmax, max_with_index, top_k and categorical (unfiltered and filtered)
+against numpy (top_k against reference.top_k: values bit for bit; categorical against the
+unsharded sample, which a vocab split must not change, and for filters the reference's kept
+set). Prints "OK <id>" on success; any mismatch raises (exit code 1).
 """
 
 from __future__ import annotations
@@ -85,6 +85,17 @@ for dtype in (np.float32, jnp.bfloat16):
   assert sharded[2] == shard + 5 and sharded[3] == 0
   finite = np.isfinite(host.astype(np.float32)[np.arange(ROWS), sharded])
   assert finite[[0, 1, 4, 5]].all(), sharded
+
+  # Filtered sampling (SPEC §1f) on the vocab-split logits: the unsharded sample, inside the
+  # kept set of the numpy reference.
+  for filters in (dict(top_k=40, top_p=0.9), dict(top_p=0.5), dict(min_p=0.2)):
+    sample = lambda a: ar.categorical(jax.random.key(9), a, temperature=0.8, **filters)
+    sharded = gathered(jax.jit(sample)(gx))
+    local = np.asarray(jax.jit(sample)(jax.device_put(host, jax.local_devices()[0])))
+    np.testing.assert_array_equal(sharded, local, err_msg=str(filters))
+    ref = dict(k=filters.get("top_k"), p=filters.get("top_p"), min_p=filters.get("min_p"))
+    for r in range(ROWS):
+      assert reference.filtered_kept(host[r], 0.8, **ref)[sharded[r]], (filters, r)
 
 print(f"OK {process_id}", flush=True)
 jax.distributed.shutdown()
