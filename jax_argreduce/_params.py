@@ -55,6 +55,13 @@ def check(param: RowParam, value, op: str):
       dtype = np.asarray(value).dtype
     except (TypeError, ValueError, OverflowError):
       dtype = np.dtype(object)
+  if dtype == np.dtype(object) and param.integer:
+    # Python ints past int64 (2**64): past int32 keeps every token anyway (see the end).
+    flat = np.asarray(value, dtype=object)
+    if all(isinstance(v, _INT_SCALARS) and not isinstance(v, bool) for v in flat.ravel()):
+      clip = lambda v: max(min(int(v), INT32_MAX), -2 ** 63)  # noqa: E731
+      value = np.vectorize(clip, otypes=[np.int64])(flat)
+      dtype = value.dtype
   if dtype == np.dtype(object) and not param.integer:
     # e.g. a Python int past int64 (2**70), alone, in a list or an object array: float64, as
     # logits / T would take it. Only of ints and floats (not bools, Fraction, Decimal, None or

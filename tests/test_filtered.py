@@ -203,3 +203,13 @@ def test_top_k_bound():
     jax_argreduce.categorical(keys, x, top_p=0.5, top_k_bound=4)
   with pytest.raises(ValueError, match="top_k_bound"):
     jax_argreduce.categorical(keys, x, top_k=3, top_k_bound=0)
+
+
+def test_top_k_past_int64_keeps_every_token():
+  x = _rows(10, rows=8, cols=50)
+  keys = jax.random.split(jax.random.key(10), 8)
+  base = np.asarray(jax_argreduce.categorical(keys, x))
+  np.testing.assert_array_equal(np.asarray(jax_argreduce.categorical(keys, x, top_k=2 ** 64)),
+                                base)
+  with pytest.raises(ValueError, match="top_k"):
+    jax_argreduce.categorical(keys, x, top_k=-2 ** 70)
