@@ -213,3 +213,13 @@ def test_top_k_past_int64_keeps_every_token():
                                 base)
   with pytest.raises(ValueError, match="top_k"):
     jax_argreduce.categorical(keys, x, top_k=-2 ** 70)
+
+
+def test_top_k_bound_under_vmap_and_per_row_keys():
+  x = _rows(11, rows=8, cols=200)
+  keys = jax.random.split(jax.random.key(11), 8)
+  k = np.array([4, 1, 9, 16, 2, 7, 3, 5])
+  want = np.asarray(jax_argreduce.categorical(keys, x, top_k=k, min_p=0.1))
+  f = lambda kk, v, kv: jax_argreduce.categorical(kk, v, top_k=kv, min_p=0.1, top_k_bound=16)
+  got = jax.jit(jax.vmap(f))(keys, x, k)
+  np.testing.assert_array_equal(np.asarray(got), want)
