@@ -261,13 +261,9 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
   launch.cols = view->cols;
   launch.temperature = temperature.untyped_data();
   launch.temperature_per_row = sampler->temperature_per_row;
-  launch.top_k = filters->top_k.data;
-  launch.top_k_per_row = filters->top_k.per_row;
-  launch.top_p = filters->top_p.data;
-  launch.top_p_per_row = filters->top_p.per_row;
-  launch.min_p = filters->min_p.data;
-  launch.min_p_per_row = filters->min_p.per_row;
-  launch.k_bound = k_bound;
+  launch.top_k = filters->top_k;
+  launch.top_p = filters->top_p;
+  launch.min_p = filters->min_p;
   launch.offsets =
       sampler->has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr;
   launch.indices = indices->untyped_data();

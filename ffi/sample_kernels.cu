@@ -360,8 +360,8 @@ cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& l) {
   if (l.rows == 0) return cudaSuccess;
   if (l.rows < 0 || l.cols < 1 || l.cols > INT32_MAX || l.num_keys < 1 ||
       l.rows % l.num_keys != 0 || l.keys == nullptr || l.logits == nullptr ||
-      l.temperature == nullptr || l.top_k == nullptr || l.top_p == nullptr ||
-      l.min_p == nullptr || l.indices == nullptr || l.noisy_max == nullptr) {
+      l.temperature == nullptr || l.top_k.data == nullptr || l.top_p.data == nullptr ||
+      l.min_p.data == nullptr || l.indices == nullptr || l.noisy_max == nullptr) {
     return cudaErrorInvalidValue;
   }
   const Params params{l.keys,
@@ -371,9 +371,9 @@ cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& l) {
                       l.cols,
                       l.temperature,
                       l.temperature_per_row,
-                      RowParam<int32_t>{l.top_k, l.top_k_per_row},
-                      RowParam<float>{l.top_p, l.top_p_per_row},
-                      RowParam<float>{l.min_p, l.min_p_per_row},
+                      l.top_k,
+                      l.top_p,
+                      l.min_p,
                       l.offsets,
                       NoisyMaxEpilogue{l.indices, l.index_is_int64, l.noisy_max}};
   // One block per row; a grid of at most 2^16 blocks loops over more rows.

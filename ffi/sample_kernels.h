@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "order.h"
+#include "row_param.h"
 
 namespace jax_argreduce {
 
@@ -29,15 +30,9 @@ struct FilteredSampleLaunch {
   int64_t cols = 0;
   const void* temperature = nullptr;  // float32 (float64 for float64 logits)
   bool temperature_per_row = false;
-  const int32_t* top_k = nullptr;     // 0 (or >= cols): no top-k
-  bool top_k_per_row = false;
-  const float* top_p = nullptr;       // >= 1: no top-p
-  bool top_p_per_row = false;
-  const float* min_p = nullptr;       // <= 0: no min-p
-  bool min_p_per_row = false;
-  // A promise from the caller: > 0 means every row's top_k is in [1, k_bound]; 0 promises
-  // nothing. The generic kernel ignores it (a bounded top-k path may use it).
-  int64_t k_bound = 0;
+  RowParam<int32_t> top_k;            // 0 (or >= cols): no top-k
+  RowParam<float> top_p;              // >= 1: no top-p
+  RowParam<float> min_p;              // <= 0: no min-p
   // Two int32 in device memory, the (row, column) offsets of this block of the global logits
   // (categorical.h), or nullptr (both zero).
   const int32_t* offsets = nullptr;

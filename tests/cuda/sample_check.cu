@@ -246,12 +246,9 @@ void Run(const Case& c, std::mt19937_64& rng) {
   launch.cols = c.cols;
   launch.temperature = d_t;
   launch.temperature_per_row = c.per_row[0];
-  launch.top_k = d_k;
-  launch.top_k_per_row = c.per_row[1];
-  launch.top_p = d_p;
-  launch.top_p_per_row = c.per_row[2];
-  launch.min_p = d_m;
-  launch.min_p_per_row = c.per_row[3];
+  launch.top_k = RowParam<int32_t>{d_k, c.per_row[1]};
+  launch.top_p = RowParam<float>{d_p, c.per_row[2]};
+  launch.min_p = RowParam<float>{d_m, c.per_row[3]};
   launch.offsets = c.offsets ? d_offsets : nullptr;
   launch.indices = d_index;
   launch.index_is_int64 = c.int64_indices;
