@@ -56,6 +56,19 @@ ffi::Error MaxWithIndexCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
   return ArgReduceRows(pool, x, *indices, &*values, is_min, "jax_argreduce max_with_index (cpu)");
 }
 
+// The sampler's key policy over a call's decoded operands (DecodeSampler).
+template <Format F>
+GumbelKeyPolicy<F> SamplerPolicy(const ffi::AnyBuffer& keys, const ffi::AnyBuffer& temperature,
+                                 const ffi::AnyBuffer& offsets, const RowView& view,
+                                 const SamplerView& sampler) {
+  using Policy = GumbelKeyPolicy<F>;
+  return Policy{static_cast<const uint32_t*>(keys.untyped_data()), view.rows / sampler.num_keys,
+                static_cast<const typename Policy::Noise*>(temperature.untyped_data()),
+                sampler.temperature_per_row,
+                sampler.has_offsets ? static_cast<const int32_t*>(offsets.untyped_data())
+                                    : nullptr};
+}
+
 ffi::Error CategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys, ffi::AnyBuffer logits,
                               ffi::AnyBuffer temperature, ffi::AnyBuffer offsets,
                               ffi::Result<ffi::AnyBuffer> noisy_max,
@@ -70,13 +83,8 @@ ffi::Error CategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys, ffi::An
                                   noisy_max->untyped_data()};
   DispatchFormat(view->format, false, [&](auto f, auto) {
     using Policy = GumbelKeyPolicy<decltype(f)::value>;
-    const Policy policy{static_cast<const uint32_t*>(keys.untyped_data()),
-                        view->rows / sampler->num_keys,
-                        static_cast<const typename Policy::Noise*>(temperature.untyped_data()),
-                        sampler->temperature_per_row,
-                        sampler->has_offsets
-                            ? static_cast<const int32_t*>(offsets.untyped_data())
-                            : nullptr};
+    const Policy policy =
+        SamplerPolicy<decltype(f)::value>(keys, temperature, offsets, *view, *sampler);
     ReduceRowsCpu(pool, static_cast<const typename Policy::Bits*>(view->data), view->rows,
                   view->cols, policy, epilogue, kCategoricalElementsPerTask);
   });
@@ -118,34 +126,26 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
                                       ffi::Result<ffi::AnyBuffer> indices, int64_t k_bound) {
   (void)k_bound;  // the CUDA handler's top-k path; one CPU path serves every row
   const std::string op = "jax_argreduce filtered categorical (cpu)";
-  auto view = DecodeRows(logits, *indices, nullptr, op);
-  if (!view.has_value()) return view.error();
-  auto sampler = DecodeSampler(*view, keys, temperature, offsets, &*noisy_max, op);
-  if (!sampler.has_value()) return sampler.error();
-  auto filters = DecodeSampleFilters(top_k, top_p, min_p, view->rows, op);
-  if (!filters.has_value()) return filters.error();
+  auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
+                                       *noisy_max, *indices, op);
+  if (!decoded.has_value()) return decoded.error();
+  const RowView& view = decoded->view;
+  const SampleFilters& filters = decoded->filters;
   const NoisyMaxEpilogue epilogue{indices->untyped_data(),
                                   indices->element_type() == ffi::DataType::S64,
                                   noisy_max->untyped_data()};
-  DispatchFormat(view->format, false, [&](auto f, auto) {
+  DispatchFormat(view.format, false, [&](auto f, auto) {
     constexpr Format F = decltype(f)::value;
     using Sampler = FilteredSamplerCpu<F>;
-    using Policy = typename Sampler::Policy;
-    const Policy policy{static_cast<const uint32_t*>(keys.untyped_data()),
-                        view->rows / sampler->num_keys,
-                        static_cast<const typename Policy::Noise*>(temperature.untyped_data()),
-                        sampler->temperature_per_row,
-                        sampler->has_offsets
-                            ? static_cast<const int32_t*>(offsets.untyped_data())
-                            : nullptr};
-    const auto* data = static_cast<const typename Sampler::Bits*>(view->data);
-    ParallelForRows(pool, view->rows, view->cols, [&](int64_t begin, int64_t end) {
+    const auto policy = SamplerPolicy<F>(keys, temperature, offsets, view, decoded->sampler);
+    const auto* data = static_cast<const typename Sampler::Bits*>(view.data);
+    ParallelForRows(pool, view.rows, view.cols, [&](int64_t begin, int64_t end) {
       const ScopedIeeeSubnormals ieee;  // per thread: the pool's threads too
       SampleScratch scratch;
       for (int64_t r = begin; r < end; ++r) {
-        const RowFilters f{filters->top_k[r], filters->top_p[r], filters->min_p[r]};
-        const auto* row = data + r * view->cols;
-        epilogue(r, Sampler::SampleRow(row, view->cols, policy.ForRow(r), f, scratch), row);
+        const RowFilters f{filters.top_k[r], filters.top_p[r], filters.min_p[r]};
+        const auto* row = data + r * view.cols;
+        epilogue(r, Sampler::SampleRow(row, view.cols, policy.ForRow(r), f, scratch), row);
       }
     }, kFilteredElementsPerTask);
   });

@@ -201,8 +201,9 @@ ffi::Error TopKCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
-// The filtered sampler: no workspace (one block per row keeps its state in shared memory), but
-// the lowering adds one to every CUDA call: accepted and left alone.
+// The filtered sampler: the top-k path where every row's top_k is within k_bound (its
+// candidates in the workspace the lowering sized, WorkspaceBytes("filtered_categorical")),
+// else the generic kernel (no workspace).
 ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer keys,
                                        ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
                                        ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
@@ -211,65 +212,54 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
                                        ffi::Result<ffi::AnyBuffer> indices,
                                        ffi::Result<ffi::AnyBuffer> workspace, int64_t k_bound) {
   const std::string op = "jax_argreduce filtered categorical (cuda)";
-  auto view = DecodeRows(logits, *indices, nullptr, op);
-  if (!view.has_value()) return view.error();
-  auto sampler = DecodeSampler(*view, keys, temperature, offsets, &*noisy_max, op);
-  if (!sampler.has_value()) return sampler.error();
-  auto filters = DecodeSampleFilters(top_k, top_p, min_p, view->rows, op);
-  if (!filters.has_value()) return filters.error();
+  auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
+                                       *noisy_max, *indices, op);
+  if (!decoded.has_value()) return decoded.error();
+  const RowView& view = decoded->view;
+  const SamplerView& sampler = decoded->sampler;
   if (k_bound < 0) {
     return ffi::Error::InvalidArgument(op + ": k_bound must be >= 0, got " +
                                        std::to_string(k_bound));
   }
-  if (UsesSampleTopK(view->cols, k_bound, FormatBytes(view->format))) {
-    // Every row's top_k is in [1, k_bound]: k_bound candidates per row from the select, then
-    // the filters and the draw on them (sample_topk_kernels.h).
-    SampleTopKLaunch launch;
+  // What both paths' launches take alike.
+  auto fill = [&](auto& launch) {
     launch.stream = stream;
     launch.device = device;
-    launch.options = CurrentPlanOptions();
-    launch.format = view->format;
-    launch.logits = view->data;
-    launch.rows = view->rows;
-    launch.cols = view->cols;
-    launch.k_bound = k_bound;
+    launch.format = view.format;
+    launch.logits = view.data;
+    launch.rows = view.rows;
+    launch.cols = view.cols;
     launch.keys = static_cast<const uint32_t*>(keys.untyped_data());
-    launch.num_keys = sampler->num_keys;
-    launch.temperature = RowParam<float>{static_cast<const float*>(temperature.untyped_data()),
-                                         sampler->temperature_per_row};
-    launch.top_k = filters->top_k;
-    launch.top_p = filters->top_p;
-    launch.min_p = filters->min_p;
+    launch.num_keys = sampler.num_keys;
+    launch.top_k = decoded->filters.top_k;
+    launch.top_p = decoded->filters.top_p;
+    launch.min_p = decoded->filters.min_p;
     launch.offsets =
-        sampler->has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr;
+        sampler.has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr;
     launch.noisy_max = noisy_max->untyped_data();
     launch.indices = indices->untyped_data();
     launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
+  };
+  cudaError_t err;
+  if (UsesSampleTopK(view.cols, k_bound, FormatBytes(view.format))) {
+    // Every row's top_k is in [1, k_bound]: k_bound candidates per row from the select, then
+    // the filters and the draw on them (sample_topk_kernels.h).
+    SampleTopKLaunch launch;
+    fill(launch);
+    launch.options = CurrentPlanOptions();
+    launch.k_bound = k_bound;
+    launch.temperature = RowParam<float>{static_cast<const float*>(temperature.untyped_data()),
+                                         sampler.temperature_per_row};
     launch.workspace = workspace->untyped_data();
     launch.workspace_bytes = workspace->size_bytes();
-    const cudaError_t err = OnDevice(device, [&] { return LaunchSampleTopK(launch); });
-    return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
+    err = OnDevice(device, [&] { return LaunchSampleTopK(launch); });
+  } else {
+    FilteredSampleLaunch launch;
+    fill(launch);
+    launch.temperature = temperature.untyped_data();
+    launch.temperature_per_row = sampler.temperature_per_row;
+    err = OnDevice(device, [&] { return LaunchFilteredSample(launch); });
   }
-  FilteredSampleLaunch launch;
-  launch.stream = stream;
-  launch.device = device;
-  launch.format = view->format;
-  launch.keys = static_cast<const uint32_t*>(keys.untyped_data());
-  launch.num_keys = sampler->num_keys;
-  launch.logits = view->data;
-  launch.rows = view->rows;
-  launch.cols = view->cols;
-  launch.temperature = temperature.untyped_data();
-  launch.temperature_per_row = sampler->temperature_per_row;
-  launch.top_k = filters->top_k;
-  launch.top_p = filters->top_p;
-  launch.min_p = filters->min_p;
-  launch.offsets =
-      sampler->has_offsets ? static_cast<const int32_t*>(offsets.untyped_data()) : nullptr;
-  launch.indices = indices->untyped_data();
-  launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
-  launch.noisy_max = noisy_max->untyped_data();
-  const cudaError_t err = OnDevice(device, [&] { return LaunchFilteredSample(launch); });
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 

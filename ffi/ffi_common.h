@@ -191,6 +191,29 @@ inline xla::ffi::ErrorOr<SampleFilters> DecodeSampleFilters(const xla::ffi::AnyB
   return SampleFilters{*k, *p, *m};
 }
 
+// The filtered sampler's operands, decoded once for the CPU and CUDA handlers: the logits as
+// rows, the sampler's (keys, temperature, offsets, noisy maxima) and the three filters.
+struct FilteredSamplerView {
+  RowView view;
+  SamplerView sampler;
+  SampleFilters filters;
+};
+inline xla::ffi::ErrorOr<FilteredSamplerView> DecodeFilteredSampler(
+    const xla::ffi::AnyBuffer& keys, const xla::ffi::AnyBuffer& logits,
+    const xla::ffi::AnyBuffer& temperature, const xla::ffi::AnyBuffer& top_k,
+    const xla::ffi::AnyBuffer& top_p, const xla::ffi::AnyBuffer& min_p,
+    const xla::ffi::AnyBuffer& offsets, const xla::ffi::AnyBuffer& noisy_max,
+    const xla::ffi::AnyBuffer& indices, const std::string& op) {
+  namespace ffi = xla::ffi;
+  auto view = DecodeRows(logits, indices, nullptr, op);
+  if (!view.has_value()) return ffi::Unexpected(view.error());
+  auto sampler = DecodeSampler(*view, keys, temperature, offsets, &noisy_max, op);
+  if (!sampler.has_value()) return ffi::Unexpected(sampler.error());
+  auto filters = DecodeSampleFilters(top_k, top_p, min_p, view->rows, op);
+  if (!filters.has_value()) return ffi::Unexpected(filters.error());
+  return FilteredSamplerView{*view, *sampler, *filters};
+}
+
 }  // namespace jax_argreduce
 
 #endif  // JAX_ARGREDUCE_FFI_FFI_COMMON_H_

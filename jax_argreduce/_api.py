@@ -483,10 +483,11 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
   return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "method", "k_bound"))
-def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis: int,
-                          method: str, k_bound: int):
-  name = "categorical"
+def _sampler_operands(key, logits, temperature, axis: int, name: str):
+  """Inside the samplers' jit: ``(keys, logits, temperature, index_dtype)`` as the primitives
+  take them — real logits with the category axis last (ints and bools as the default float,
+  other non-handler floats widened exactly to float32), checked lengths, the key bits and the
+  temperature in the noise's dtype (float64 for float64 logits, else float32)."""
   logits = jnp.asarray(logits)
   if jnp.issubdtype(logits.dtype, jnp.complexfloating):
     raise TypeError(f"{name}: logits must be real, got {logits.dtype}")
@@ -501,12 +502,20 @@ def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis
   noise_dtype = np.dtype(np.float64) if logits.dtype == np.float64 else np.dtype(np.float32)
   keys = _key_bits(key, batch_shape, name)
   t = _params.operand(_params.TEMPERATURE, temperature, batch_shape, name, noise_dtype)
-  operands = [_params.operand(p, v, batch_shape, name)
+  if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
+    logits = logits.astype(np.float32)
+  return keys, logits, t, index_dtype
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "method", "k_bound"))
+def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis: int,
+                          method: str, k_bound: int):
+  name = "categorical"
+  keys, logits, t, index_dtype = _sampler_operands(key, logits, temperature, axis, name)
+  operands = [_params.operand(p, v, logits.shape[:-1], name)
               for p, v in zip(_params.FILTERS, (top_k, top_p, min_p))]
   if k_bound > 0:  # the promise the handlers may rely on, kept for traced values too
     operands[0] = jnp.clip(operands[0], 1, min(k_bound, _params.INT32_MAX))
-  if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
-    logits = logits.astype(np.float32)
   _, indices = _primitives.filtered_categorical_last_axis(
       keys, logits, t, *operands, index_dtype=index_dtype, method=method, k_bound=k_bound)
   return indices
@@ -517,22 +526,8 @@ def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis
 @functools.partial(jax.jit, static_argnames=("axis", "method", "axis_name"))
 def _categorical(key, logits, temperature, *, axis: int, method: str, axis_name):
   name = "categorical"
-  logits = jnp.asarray(logits)
-  if jnp.issubdtype(logits.dtype, jnp.complexfloating):
-    raise TypeError(f"{name}: logits must be real, got {logits.dtype}")
-  if not jnp.issubdtype(logits.dtype, jnp.floating):
-    logits = logits.astype(dtypes.canonicalize_dtype(np.float64))
-  if axis != logits.ndim - 1:
-    logits = _xla.moveaxis_exact(logits, axis, -1)
-  batch_shape, cols = logits.shape[:-1], logits.shape[-1]
-  index_dtype = dtypes.canonicalize_dtype(np.int64)
-  _check_axis_length(name, cols, index_dtype, axis_word="category",
-                     empty=f"{name}: attempt to sample from an empty set of categories")
-  noise_dtype = np.dtype(np.float64) if logits.dtype == np.float64 else np.dtype(np.float32)
-  keys = _key_bits(key, batch_shape, name)
-  t = _params.operand(_params.TEMPERATURE, temperature, batch_shape, name, noise_dtype)
-  if not _dispatch.handles_dtype(logits.dtype):  # e.g. float8: widen exactly
-    logits = logits.astype(np.float32)
+  keys, logits, t, index_dtype = _sampler_operands(key, logits, temperature, axis, name)
+  cols = logits.shape[-1]
   if _dispatch.samples_constant(None if axis_name is not None else cols, method):
     # One category: index 0 for every row (whatever the logit, T or key), with no noise and
     # no read of the logits: XLA folds a one-column argmax to a constant, which keeps the
