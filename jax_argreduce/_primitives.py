@@ -733,12 +733,10 @@ filtered_categorical_p.multiple_results = True
 filtered_categorical_p.def_impl(
     lambda *args, **params: apply_primitive(filtered_categorical_p, *args, **params))
 
-_FILTER_DTYPES = (np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float32))
-
-
 def _filtered_abstract_eval(keys, logits, temperature, top_k, top_p, min_p, offsets, **params):
   batch = logits.shape[:-1]
-  for name, f, dtype in zip(("top_k", "top_p", "min_p"), (top_k, top_p, min_p), _FILTER_DTYPES):
+  for param, f in zip(_params.FILTERS, (top_k, top_p, min_p)):
+    name, dtype = param.name, param.dtype
     if f.dtype != dtype or not (_params.per_row(f.shape, batch)
                                 or tuple(f.shape) == (1,) * len(batch)):
       raise TypeError(f"filtered_categorical_p: {name} must be {dtype} of shape {batch} or "
@@ -754,7 +752,7 @@ def _kept_xla(logits, temperature, top_k, top_p, min_p):
   """The kept set (SPEC §1f) by a sort of each row, for platforms without the handler: the
   same prefix of the z order, with masses from XLA's exp summed in float32 (so where sums
   round differently, the top-p boundary may differ from the handlers' exact one)."""
-  batch, cols = logits.shape[:-1], logits.shape[-1]
+  batch = logits.shape[:-1]
   noise = temperature.dtype
   x = logits.astype(noise)
   t = jnp.broadcast_to(temperature, batch)[..., None]
@@ -778,7 +776,6 @@ def _kept_xla(logits, temperature, top_k, top_p, min_p):
   top_only = jnp.isnan(z_max) | (z_max == -jnp.inf)
   kept_sorted = (place == 0) | (in_k & in_p & in_m & ~top_only) | (t == 0)
   rank = jnp.argsort(order, axis=-1)
-  del cols
   return jnp.take_along_axis(kept_sorted, rank, axis=-1)
 
 
