@@ -132,11 +132,29 @@ def _categorical_wins(platform: str, shape, dtype, k) -> bool:
   return True  # the alternative materializes the noise: the handler always wins
 
 
+# CUDA top_k: rows of at most this many columns take the exact XLA path (XLA's TopK beats the
+# row-select kernels there by 40-110 µs per step at 4096 rows, k 1-50; from 1024 columns the
+# kernels win from k = 8: benchmarks/NOTES.md, "Routing rules").
+TOP_K_XLA_MAX_COLS = 256
+
+
 def _top_k_wins(platform: str, shape, dtype, k) -> bool:
   """top_k: the handler on CPU (one pass with a bar against XLA's sort of each row); on CUDA the
-  row-select kernels wherever they take the call (_top_k_takes; the rest: XLA's TopK, a sort
-  for k > 16)."""
-  return platform == "cpu" or (platform == "cuda" and _top_k_takes(platform, shape, dtype, k))
+  row-select kernels wherever they take the call (_top_k_takes) on rows of more than
+  TOP_K_XLA_MAX_COLS columns (the rest: XLA's TopK, a sort for k > 16). (k = 1 never asks:
+  the public op takes max_with_index's route, top_k_takes_max.)"""
+  if platform == "cpu":
+    return True
+  return (platform == "cuda" and _top_k_takes(platform, shape, dtype, k)
+          and shape[-1] > TOP_K_XLA_MAX_COLS)
+
+
+def top_k_takes_max(k: int, method: str) -> bool:
+  """True where ``top_k(a, k)`` is computed as ``max_with_index(a, keepdims=True)`` (SPEC §1e:
+  the same results), so that it takes that op's measured routes: k = 1 under "auto" (on CUDA
+  XLA's TopK beat the select kernels by 1-6 µs per step at k = 1 on rows of 1024-32000 columns,
+  where the argmax routes pick the faster path; NOTES.md, "Routing rules")."""
+  return k == 1 and method == "auto"
 
 
 def _any_call(platform: str, shape, dtype, k) -> bool:

@@ -8,6 +8,7 @@ GPU-only cases, planner paths and sanitizers, are in test_gpu_top_k.py).
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -103,12 +104,34 @@ def test_normal_rows_many_k(dtype):
 
 
 def test_k_one_is_max_with_index():
+  """The select handler at k = 1 gives max_with_index's results; "auto" at k = 1 is
+  max_with_index's call (its routes), the top_k handler absent from the program."""
   rng = np.random.default_rng(3)
   x = reference.fill_rows("float32", rng, 18, 1000, np.arange(18))
-  values, indices = ar.top_k(x, 1)
   want_v, want_i = ar.max_with_index(x, keepdims=True)
-  np.testing.assert_array_equal(np.asarray(indices), np.asarray(want_i))
-  np.testing.assert_array_equal(reference.as_bits(values), reference.as_bits(want_v))
+  for method in ("kernel", "auto"):
+    values, indices = ar.top_k(x, 1, method=method)
+    np.testing.assert_array_equal(np.asarray(indices), np.asarray(want_i))
+    np.testing.assert_array_equal(reference.as_bits(values), reference.as_bits(want_v))
+  platform = jax.default_backend()
+  top_k_target = _ffi.target("top_k", platform)
+  for k, method, select in ((1, "auto", False), (1, "kernel", True), (2, "auto", True)):
+    text = jax.jit(lambda v: ar.top_k(v, k, method=method)).lower(x).as_text()
+    assert (f"@{top_k_target}(" in text) == select, (k, method)
+  calls = lambda fn: re.findall(r"custom_call @(\w+)\(", jax.jit(fn).lower(x).as_text())
+  assert calls(lambda v: ar.top_k(v, 1)) == calls(lambda v: ar.max_with_index(v, keepdims=True))
+
+
+def test_cuda_routes():
+  """CUDA: rows of <= TOP_K_XLA_MAX_COLS columns take the exact XLA path (XLA's TopK won
+  there in-chain, NOTES.md "Routing rules"), wider rows the select kernels where they take
+  the call."""
+  f32 = np.dtype(np.float32)
+  wins = lambda shape, k=8: _dispatch.handler_wins("top_k", "cuda", shape, f32, k)
+  assert not wins((4096, 64)) and not wins((4096, 256)) and not wins((1, 256))
+  assert wins((4096, 257)) and wins((1, 1024)) and wins((64, 32000)) and wins((8, 128256), 50)
+  assert not wins((8, 128256), 2048)  # past TOP_K_MAX_K: the kernels do not take it
+  assert _dispatch.handler_wins("top_k", "cpu", (4096, 64), f32, 8)
 
 
 def test_k_zero():
