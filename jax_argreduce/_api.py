@@ -221,8 +221,10 @@ def top_k(a, k: int, axis: int = -1, *, method: str = "auto", axis_name=None
   Args:
     a: array of at least one dimension. float16, bfloat16, float32 and float64 run on the
       jax_argreduce handlers (CUDA kernels on GPU for the 16-bit formats and float32 with
-      ``k <= 1024``, the CPU handler on CPU; elsewhere and beyond: an exact path over
-      ``jax.lax.top_k``); integers and bool go to ``jax.lax.top_k``.
+      ``k <= 1024`` on rows of more than 256 elements, the CPU handler on CPU; elsewhere and
+      beyond: an exact path over ``jax.lax.top_k``, which wins on shorter rows); integers and
+      bool go to ``jax.lax.top_k``. ``k = 1`` (with ``method="auto"``) is computed as
+      ``max_with_index`` and takes its routes.
     k: a static int, ``0 <= k <= a.shape[axis]``.
     axis: the axis to select along (negative counts from the end; an int, never None).
     method: "auto" (the measured choice), "kernel" (the handler where one takes the call) or
