@@ -291,7 +291,8 @@ def top_k(a, k: int, axis: int = -1, *, method: str = "auto", axis_name=None
     indices = indices.astype(index_dtype)
     outs = [jnp.take_along_axis(x, indices, axis=-1), indices]
   elif _dispatch.top_k_takes_max(k, method):
-    outs = list(max_with_index(x, -1, keepdims=True, axis_name=axis_name))
+    values, indices = max_with_index(x, -1, keepdims=True, axis_name=axis_name)
+    outs = [values, indices.astype(index_dtype)]  # int64 under x64, as jnp.argmax
   elif axis_name is not None:  # x: this device's block of a split axis
     names = _sharding.axis_names(x, axis_name, name)
     local = functools.partial(_primitives.top_k_last_axis, index_dtype=index_dtype,
