@@ -199,6 +199,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCpu, FilteredCategoricalCpuImpl
                                   .Arg<ffi::AnyBuffer>()   // offsets: [2] int32 (row, col), or [0]
                                   .Ret<ffi::AnyBuffer>()   // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>()   // indices: [...] int32 or int64
-                                  .Attr<int64_t>("k_bound"));  // > 0: every top_k in [1, k_bound]
+                                  .Attr<int64_t>("k_bound"));  // > 0: top_k in [1, it]; -1: none
 
 }  // namespace jax_argreduce

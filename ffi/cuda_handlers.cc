@@ -201,9 +201,10 @@ ffi::Error TopKCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
-// The filtered sampler: the top-k path where every row's top_k is within k_bound (its
-// candidates in the workspace the lowering sized, WorkspaceBytes("filtered_categorical")),
-// else the generic kernel (no workspace).
+// The filtered sampler: the top-k path where every row's top_k is within k_bound > 0 (its
+// candidates in the workspace the lowering sized, WorkspaceBytes("filtered_categorical")); with
+// k_bound < 0 (no row has a top-k) the spread path where it takes the call (its histograms in
+// that workspace); else the generic kernel (no workspace).
 ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer keys,
                                        ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
                                        ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
@@ -217,8 +218,8 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
   if (!decoded.has_value()) return decoded.error();
   const RowView& view = decoded->view;
   const SamplerView& sampler = decoded->sampler;
-  if (k_bound < 0) {
-    return ffi::Error::InvalidArgument(op + ": k_bound must be >= 0, got " +
+  if (k_bound < -1) {
+    return ffi::Error::InvalidArgument(op + ": k_bound must be >= -1, got " +
                                        std::to_string(k_bound));
   }
   // What both paths' launches take alike.
@@ -258,6 +259,9 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
     fill(launch);
     launch.temperature = temperature.untyped_data();
     launch.temperature_per_row = sampler.temperature_per_row;
+    launch.k_bound = k_bound;
+    launch.workspace = workspace->untyped_data();
+    launch.workspace_bytes = workspace->size_bytes();
     err = OnDevice(device, [&] { return LaunchFilteredSample(launch); });
   }
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
@@ -332,8 +336,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCuda, FilteredCategoricalCudaIm
                                   .Arg<ffi::AnyBuffer>()      // offsets: [2] int32, or [0]
                                   .Ret<ffi::AnyBuffer>()      // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
-                                  .Ret<ffi::AnyBuffer>()      // workspace: the top-k path's
-                                  .Attr<int64_t>("k_bound"),  // > 0: every top_k in [1, it]
+                                  .Ret<ffi::AnyBuffer>()      // workspace: the top-k, spread paths
+                                  .Attr<int64_t>("k_bound"),  // > 0: top_k in [1, it]; -1: none
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_argreduce

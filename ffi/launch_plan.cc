@@ -204,6 +204,26 @@ SampleTopKLayout PlanSampleTopK(int64_t rows, int64_t cols, int64_t k_bound, int
   return layout;
 }
 
+FilterSpreadLayout PlanFilterSpread(int64_t rows, int64_t cols) {
+  FilterSpreadLayout layout;
+  const int64_t most = std::max<int64_t>(1, cols / kFilterSpreadMinChunk);
+  const int64_t want = (kFilterSpreadTargetBlocks + rows - 1) / rows;
+  layout.chunks = std::max<int64_t>(1, std::min(want, most));
+  layout.chunk = (cols + layout.chunks - 1) / layout.chunks;
+  layout.chunks = (cols + layout.chunk - 1) / layout.chunk;  // no empty chunk
+  const auto align = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
+  const size_t pairs = static_cast<size_t>(rows * layout.chunks) * 8;
+  layout.top_offset = 0;
+  layout.draw_offset = align(pairs);
+  layout.state_offset = layout.draw_offset + align(pairs);
+  layout.hist_offset = layout.state_offset + static_cast<size_t>(rows) * 64;
+  layout.counts_offset =
+      layout.hist_offset + static_cast<size_t>(rows) * 3 * kFilterSpreadBins * sizeof(uint64_t);
+  layout.bytes = layout.counts_offset + static_cast<size_t>(rows * layout.chunks) *
+                                            kFilterSpreadLastBins * sizeof(uint32_t);
+  return layout;
+}
+
 size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int elem_bytes) {
   if (std::strcmp(op, "top_k") == 0) {
     if (rows < 1 || k < 1 || k > kSelectMaxK || k > cols) return 0;  // no kernel launch
@@ -216,6 +236,10 @@ size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int
   }
   if (std::strcmp(op, "filtered_categorical") == 0 && UsesSampleTopK(cols, k, elem_bytes)) {
     return WorkspaceBytes("sample_top_k", rows, cols, k, elem_bytes);
+  }
+  if (std::strcmp(op, "filtered_categorical") == 0 && UsesFilterSpread(rows, k, elem_bytes) &&
+      cols >= 1 && cols <= INT32_MAX) {
+    return PlanFilterSpread(rows, cols).bytes + 16;
   }
   return kWorkspaceBytes;
 }

@@ -219,10 +219,43 @@ inline bool UsesSampleTopK(int64_t cols, int64_t k_bound, int elem_bytes) {
   return k_bound >= 1 && k_bound <= kSelectMaxK && k_bound < cols && elem_bytes <= 4;
 }
 
+// The filtered sampler's spread path (sample_kernels.cu): calls with no top-k at all (k_bound
+// < 0, a static promise) on 16- and 32-bit formats, up to kFilterSpreadMaxRows rows: each row
+// split into `chunks` chunks of `chunk` columns, one block each, in every pass (the top, three
+// levels of top-p's mass histograms, the draw), so that few rows still fill the GPU. Offsets
+// are 16-byte aligned, from the (hand-aligned) workspace's start; nothing in it outlives the
+// call (the first pass zeroes what later passes add to).
+inline constexpr int64_t kFilterSpreadMaxRows = 512;
+inline constexpr int64_t kFilterSpreadTargetBlocks = 528;  // 4 blocks of 512 on 132 SMs
+inline constexpr int64_t kFilterSpreadMinChunk = 1024;
+inline constexpr int kFilterSpreadBins = 2048;       // a level's digits (11 bits; the last 10)
+inline constexpr int kFilterSpreadLastBins = 1024;   // the last level's digits
+struct FilterSpreadLayout {
+  int64_t chunks = 0;         // blocks per row
+  int64_t chunk = 0;          // columns per block (the last block of a row may have fewer)
+  size_t top_offset = 0;      // [rows, chunks] pairs (8 bytes): each chunk's top token
+  size_t draw_offset = 0;     // [rows, chunks] pairs: each chunk's best kept noisy key
+  size_t state_offset = 0;    // [rows] 64-byte row states (top-p's levels, the done count)
+  size_t hist_offset = 0;     // [rows, 3, kFilterSpreadBins] uint64 masses
+  size_t counts_offset = 0;   // [rows, chunks, kFilterSpreadLastBins] uint32 last-level counts
+  size_t bytes = 0;           // the whole, without the +16 of the hand alignment
+};
+// rows >= 1, 1 <= cols <= INT32_MAX.
+FilterSpreadLayout PlanFilterSpread(int64_t rows, int64_t cols);
+
+// Whether a filtered_categorical call takes the spread path: k_bound < 0 promises that no row
+// has a top-k; 16- and 32-bit formats (a 32-bit key: three levels); at most
+// kFilterSpreadMaxRows rows (the histograms' workspace; more rows fill the GPU with a block
+// each on the generic path).
+inline bool UsesFilterSpread(int64_t rows, int64_t k_bound, int elem_bytes) {
+  return k_bound < 0 && elem_bytes <= 4 && rows >= 1 && rows <= kFilterSpreadMaxRows;
+}
+
 // Workspace bytes of one CUDA handler call of `op` ("argreduce", "max_with_index",
 // "categorical": the split path's bound kWorkspaceBytes, whatever the shape; "top_k": its
 // plan's; "sample_top_k": the filtered sampler's top-k path, PlanSampleTopK's, k = k_bound;
-// "filtered_categorical": that where UsesSampleTopK, else the split path's bound)
+// "filtered_categorical": that where UsesSampleTopK, PlanFilterSpread's where UsesFilterSpread
+// (k = k_bound), else the split path's bound)
 // over [rows, cols] elements of `elem_bytes` bytes; k is top_k's.
 size_t WorkspaceBytes(const char* op, int64_t rows, int64_t cols, int64_t k, int elem_bytes);
 

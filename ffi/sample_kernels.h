@@ -33,6 +33,13 @@ struct FilteredSampleLaunch {
   RowParam<int32_t> top_k;            // 0 (or >= cols): no top-k
   RowParam<float> top_p;              // >= 1: no top-p
   RowParam<float> min_p;              // <= 0: no min-p
+  // < 0: a promise that no row has a top-k (top_k is 0 everywhere), which lets calls of 16- and
+  // 32-bit formats of up to kFilterSpreadMaxRows rows take the spread path (launch_plan.h:
+  // each row over many blocks) in `workspace` (at least PlanFilterSpread(rows, cols).bytes +
+  // 16: aligned by hand); otherwise one block per row, no workspace.
+  int64_t k_bound = 0;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
   // Two int32 in device memory, the (row, column) offsets of this block of the global logits
   // (categorical.h), or nullptr (both zero).
   const int32_t* offsets = nullptr;

@@ -132,7 +132,9 @@ def per_row(shape, batch) -> bool:
 
 def k_bound(top_k, bound, op: str) -> int:
   """The static bound of a checked ``top_k`` for the primitive (0: none; > 0: every row's
-  top_k is in [1, bound], which lets the CUDA handler select that many candidates per row).
+  top_k is in [1, bound], which lets the CUDA handler select that many candidates per row;
+  -1: no row has a top-k, ``top_k`` None or concrete zeros, which lets it spread each row over
+  many blocks).
 
   ``bound`` (the caller's ``top_k_bound``: None or an int >= 1) is taken as given: the rows'
   values are then clipped to [1, bound] (traced ones are not checked), so every handler sees
@@ -148,7 +150,11 @@ def k_bound(top_k, bound, op: str) -> int:
     if host is not None and host.size and host.max() > bound:
       raise ValueError(f"{op}: top_k has values above top_k_bound ({int(host.max())} > {bound})")
     return int(min(bound, INT32_MAX))
+  if top_k is None:
+    return -1
   host = _concrete(top_k)
+  if host is not None and host.size and not host.any():
+    return -1
   if host is None or host.size == 0 or host.min() < 1:
     return 0
   return int(min(1 << (int(host.max()) - 1).bit_length(), INT32_MAX))

@@ -903,7 +903,7 @@ def filtered_categorical_last_axis(keys, logits, temperature, top_k, top_p, min_
   """Binds ``filtered_categorical_p``: ``[noisy_max, indices]`` over the last axis of
   ``logits`` (operands as the block comment above says; no offsets: an unsharded call).
   ``k_bound`` > 0 promises every row's top_k is in [1, k_bound] (static; lets the CUDA
-  handler take its top-k path), 0 promises nothing."""
+  handler take its top-k path), -1 that no row has a top-k (its spread path), 0 nothing."""
   operands = _vary_together([keys, logits, temperature, top_k, top_p, min_p, NO_OFFSETS])
   return filtered_categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype),
                                      method=method, k_bound=int(k_bound))

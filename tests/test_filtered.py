@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import jax_argreduce
+from jax_argreduce import _ffi
 import reference
 from stats import P_MIN, chi_square_gof, report
 
@@ -203,6 +204,45 @@ def test_top_k_bound():
     jax_argreduce.categorical(keys, x, top_p=0.5, top_k_bound=4)
   with pytest.raises(ValueError, match="top_k_bound"):
     jax_argreduce.categorical(keys, x, top_k=3, top_k_bound=0)
+
+
+def test_no_top_k_promise():
+  """k_bound -1 (no row has a top-k: top_k None or concrete zeros) reaches the primitive, so
+  the CUDA handler may spread each row over many blocks; a traced top_k promises nothing."""
+  x = _rows(12, rows=8, cols=100)
+  key = jax.random.key(12)
+  jaxpr = lambda **kw: str(jax.make_jaxpr(lambda v: jax_argreduce.categorical(key, v, **kw))(x))
+  assert "k_bound=-1" in jaxpr(top_p=0.9) and "k_bound=-1" in jaxpr(min_p=0.1)
+  assert "k_bound=-1" in jaxpr(top_k=np.zeros(8, np.int32), top_p=0.5)
+  assert "k_bound=-1" not in jaxpr(top_k=np.array([0, 1, 0, 0, 0, 0, 0, 0]), top_p=0.5)
+  traced = jax.make_jaxpr(lambda v, k: jax_argreduce.categorical(key, v, top_k=k, top_p=0.5))
+  assert "k_bound=0" in str(traced(x, np.zeros(8, np.int32)))
+  # The samples are those of a call that states every row's top_k as "all" explicitly.
+  np.testing.assert_array_equal(
+      np.asarray(jax_argreduce.categorical(key, x, top_p=0.7, min_p=0.01)),
+      np.asarray(jax.jit(lambda v, k: jax_argreduce.categorical(key, v, top_k=k, top_p=0.7,
+                                                                min_p=0.01))(x, np.zeros(8, np.int32))))
+
+
+def test_spread_workspace_sizes():
+  """The CUDA spread path's workspace (k_bound -1; launch_plan.h PlanFilterSpread), a pure
+  function of the shape: per row two pair arrays of its chunks, a 64-byte state, three
+  histograms of 2048 uint64 masses and 1024 uint32 counts per chunk, + 16 for alignment;
+  float64, more than 512 rows or a top-k promise take other paths (the split path's bound)."""
+  align = lambda n: (n + 15) // 16 * 16
+  def want(rows, cols):
+    chunks = max(1, min(-(-528 // rows), max(1, cols // 1024)))
+    chunk = -(-cols // chunks)
+    chunks = -(-cols // chunk)
+    pairs = rows * chunks * 8
+    return 2 * align(pairs) + rows * 64 + rows * 3 * 2048 * 8 + rows * chunks * 1024 * 4 + 16
+  size = lambda rows, cols, k=-1, itemsize=4: _ffi.cuda_workspace_bytes(
+      "filtered_categorical", rows, cols, k, itemsize)
+  for rows, cols in [(1, 202048), (8, 202048), (64, 128256), (256, 202048), (512, 5), (3, 7)]:
+    assert size(rows, cols) == size(rows, cols, itemsize=2) == want(rows, cols), (rows, cols)
+  assert want(1, 202048) - 16 > 197 * 4096  # one row: 197 chunks of 1026 columns
+  base = _ffi.CUDA_WORKSPACE_BYTES
+  assert size(513, 1000) == base and size(8, 1000, itemsize=8) == base and size(8, 1000, 0) == base
 
 
 def test_top_k_past_int64_keeps_every_token():

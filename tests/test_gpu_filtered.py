@@ -143,7 +143,8 @@ def test_sample_check_under_compute_sanitizer(tmp_path):
   """tests/cuda/sample_check.cu: every format and shape, random and adversarial rows, shared
   and per-row parameters, against SampleRow bit for bit; then memcheck and racecheck clean on
   the quick cases."""
-  exe, sanitizer = cuda_check_exe(tmp_path, "sample_check", ["sample_kernels.cu"],
+  exe, sanitizer = cuda_check_exe(tmp_path, "sample_check",
+                                  ["sample_kernels.cu", "launch_plan.cc"],
                                   prebuilt_env="JAX_ARGREDUCE_SAMPLE_CHECK")
   plain = subprocess.run([exe], capture_output=True, text=True)
   assert plain.returncode == 0, plain.stdout[-3000:]

@@ -11,10 +11,11 @@
 // more rows than the grid's blocks. Parameters shared or per row, drawn from k in {0, 1, 2, 50,
 // 1024, cols-1, cols, cols+5}, p in {1, 0.9, 0.5, 1e-6, 1e-45, 0}, min_p in {0, 0.05, 1, 1.5},
 // T in {0, 0.8, 1, 1e-30}; one key or one per row; offsets or none; int32 or int64 indices.
+// Every case runs again without top-k (k_bound -1: the spread path, its workspace poisoned).
 //
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi -I tests/cuda tests/cuda/sample_check.cu \
-//        ffi/sample_kernels.cu -o sample_check
+//        ffi/sample_kernels.cu ffi/launch_plan.cc -o sample_check
 //   (no --use_fast_math, no -ftz=true: the shared headers need IEEE mode)
 // Run: sample_check [--quick]
 // Prints one line per case and "sample_check: N cases, M mismatches"; exit 1 on a mismatch, 2 on
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "cpu_sample.h"
+#include "launch_plan.h"
 #include "sample_kernels.h"
 
 using namespace jax_argreduce;
@@ -136,6 +138,8 @@ struct Case {
   int64_t rows, cols;
   bool per_row[4];  // T, k, p, min_p
   bool per_row_keys, offsets, int64_indices;
+  // No top-k in any row, promised (k_bound -1): the spread path where it takes the call.
+  bool spread = false;
 };
 
 template <class T>
@@ -205,6 +209,12 @@ void Run(const Case& c, std::mt19937_64& rng) {
   for (float& v : m) v = kMinPs[rng() % 4];
   // Shared parameters: a filter on most cases (the draw of all tokens is categorical's).
   if (!c.per_row[1] && rng() % 2) k[0] = static_cast<int32_t>(std::min<int64_t>(50, c.cols));
+  if (c.spread) {
+    for (int32_t& v : k) v = 0;
+    // Top-p on most rows (the spread path's levels), min-p alone on some.
+    for (float& v : p) v = kPs[1 + rng() % 5];
+    if (c.per_row[2] && !p.empty()) p[0] = 1.0f;
+  }
   const std::vector<int32_t> offsets = {static_cast<int32_t>(rng() % 1000),
                                         static_cast<int32_t>(rng() % 100000)};
 
@@ -253,6 +263,16 @@ void Run(const Case& c, std::mt19937_64& rng) {
   launch.indices = d_index;
   launch.index_is_int64 = c.int64_indices;
   launch.noisy_max = d_noisy;
+  void* d_workspace = nullptr;
+  if (c.spread) {
+    launch.k_bound = -1;
+    launch.workspace_bytes = WorkspaceBytes("filtered_categorical", c.rows, c.cols, -1, width);
+    CHECK(cudaMalloc(&d_workspace, launch.workspace_bytes));
+    // Poisoned: nothing may be read before the call writes it.
+    CHECK(cudaMemset(d_workspace, 0xC5, launch.workspace_bytes));
+    launch.workspace = static_cast<unsigned char*>(d_workspace) + 8;  // hand-aligned by the launcher
+    launch.workspace_bytes -= 8;
+  }
   CHECK(LaunchFilteredSample(launch));
   CHECK(cudaDeviceSynchronize());
   std::vector<uint8_t> got_index(want_index.size()), got_noisy(want_noisy.size());
@@ -279,8 +299,9 @@ void Run(const Case& c, std::mt19937_64& rng) {
   }
   ++cases_run;
   mismatches += bad > 0;
-  std::printf("%s format %d %lldx%lld per-row T%d k%d p%d m%d keys %s offsets %d int64 %d"
-              " (k %d, p %g, min_p %g)%s\n", bad ? "MISMATCH" : "ok", static_cast<int>(c.f),
+  std::printf("%s%s format %d %lldx%lld per-row T%d k%d p%d m%d keys %s offsets %d int64 %d"
+              " (k %d, p %g, min_p %g)%s\n", bad ? "MISMATCH" : "ok",
+              c.spread ? " spread" : "", static_cast<int>(c.f),
               static_cast<long long>(c.rows), static_cast<long long>(c.cols), c.per_row[0],
               c.per_row[1], c.per_row[2], c.per_row[3], c.per_row_keys ? "per row" : "one",
               c.offsets, c.int64_indices, k[0], p[0], m[0],
@@ -288,7 +309,7 @@ void Run(const Case& c, std::mt19937_64& rng) {
   for (void* ptr : {static_cast<void*>(d_x), static_cast<void*>(d_keys),
                     static_cast<void*>(d_t), static_cast<void*>(d_k), static_cast<void*>(d_p),
                     static_cast<void*>(d_m), static_cast<void*>(d_offsets),
-                    static_cast<void*>(d_index), static_cast<void*>(d_noisy)}) {
+                    static_cast<void*>(d_index), static_cast<void*>(d_noisy), d_workspace}) {
     CHECK(cudaFree(ptr));
   }
 }
@@ -328,6 +349,10 @@ int main(int argc, char** argv) {
         c.per_row_keys = rng() % 2;
         c.offsets = rng() % 2;
         c.int64_indices = rng() % 2;
+        Run(c, rng);
+        // The same parameters' kind without top-k: the spread path (16- and 32-bit formats
+        // of up to kFilterSpreadMaxRows rows; the generic kernel for the others).
+        c.spread = true;
         Run(c, rng);
       }
     }
