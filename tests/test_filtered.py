@@ -218,10 +218,11 @@ def test_no_top_k_promise():
   traced = jax.make_jaxpr(lambda v, k: jax_argreduce.categorical(key, v, top_k=k, top_p=0.5))
   assert "k_bound=0" in str(traced(x, np.zeros(8, np.int32)))
   # The samples are those of a call that states every row's top_k as "all" explicitly.
+  explicit = jax.jit(lambda v, k: jax_argreduce.categorical(key, v, top_k=k, top_p=0.7,
+                                                            min_p=0.01))
   np.testing.assert_array_equal(
       np.asarray(jax_argreduce.categorical(key, x, top_p=0.7, min_p=0.01)),
-      np.asarray(jax.jit(lambda v, k: jax_argreduce.categorical(key, v, top_k=k, top_p=0.7,
-                                                                min_p=0.01))(x, np.zeros(8, np.int32))))
+      np.asarray(explicit(x, np.zeros(8, np.int32))))
 
 
 def test_spread_workspace_sizes():
