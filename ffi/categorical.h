@@ -611,6 +611,21 @@ struct GumbelKeyPolicy {
     }
   };
 
+  // What a row's temperature `t` sets of its Row (inv_t, greedy, inv_t_positive): all that
+  // Scaled reads, so ranking tokens by z needs no key (the split vocabulary's candidates,
+  // cpu_sample.h and sample_topk.cuh: Scaling(t)); ForRow fills in the rest.
+  JAX_ARGREDUCE_HD static void SetTemperature(Noise t, Row& r) {
+    r.inv_t = t == Noise(0) ? Noise(0) : categorical_detail::Reciprocal(t);
+    // T == 0, or so small that 1/T overflows: the T -> 0 limit, plain argmax.
+    r.greedy = t == Noise(0) || categorical_detail::IsInf(r.inv_t);
+    r.inv_t_positive = r.inv_t > Noise(0);
+  }
+  JAX_ARGREDUCE_HD static Row Scaling(Noise t) {
+    Row r;
+    SetTemperature(t, r);
+    return r;
+  }
+
   JAX_ARGREDUCE_HD Row ForRow(int64_t row) const {
     const int64_t k = row / rows_per_key;
     const Noise t = temperature[temperature_per_row ? row : 0];
@@ -619,10 +634,7 @@ struct GumbelKeyPolicy {
     r.k1 = keys[2 * k + 1];
     r.counter_row = static_cast<uint64_t>(offsets != nullptr ? offsets[0] : 0) +
                     static_cast<uint64_t>(row - k * rows_per_key);
-    r.inv_t = t == Noise(0) ? Noise(0) : categorical_detail::Reciprocal(t);
-    // T == 0, or so small that 1/T overflows: the T -> 0 limit, plain argmax.
-    r.greedy = t == Noise(0) || categorical_detail::IsInf(r.inv_t);
-    r.inv_t_positive = r.inv_t > Noise(0);
+    SetTemperature(t, r);
     r.col_offset = static_cast<uint32_t>(offsets != nullptr ? offsets[1] : 0);
     return r;
   }

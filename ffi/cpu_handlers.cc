@@ -91,29 +91,67 @@ ffi::Error CategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys, ffi::An
   return ffi::Error::Success();
 }
 
+// The k first elements of each row of `view` ranked by `key_of_row(r, row)(c)` (row r's
+// radix key of column c), as values and indices (int32 or int64): top_k's rows, and the split
+// vocabulary's candidates.
+template <Format F, class KeyOfRow>
+void SelectRows(ffi::ThreadPool& pool, const RowView& view, int64_t k, ffi::AnyBuffer& values,
+                ffi::AnyBuffer& indices, const KeyOfRow& key_of_row) {
+  using Bits = typename FormatTraits<F>::Bits;
+  const Bits* data = static_cast<const Bits*>(view.data);
+  Bits* out = static_cast<Bits*>(values.untyped_data());
+  const bool int64_indices = indices.element_type() == ffi::DataType::S64;
+  ParallelForRows(pool, view.rows, view.cols, [&](int64_t begin, int64_t end) {
+    const ScopedIeeeSubnormals ieee;  // scaled keys: z with IEEE subnormals, per thread
+    std::vector<SelectItem> buffer;   // per task, reused across its rows
+    for (int64_t r = begin; r < end; ++r) {
+      const Bits* row = data + r * view.cols;
+      const auto key_of = key_of_row(r, row);
+      if (int64_indices) {
+        SelectRowCpu(row, view.cols, k, key_of, out + r * k,
+                     static_cast<int64_t*>(indices.untyped_data()) + r * k, buffer);
+      } else {
+        SelectRowCpu(row, view.cols, k, key_of, out + r * k,
+                     static_cast<int32_t*>(indices.untyped_data()) + r * k, buffer);
+      }
+    }
+  }, kTopKElementsPerTask);
+}
+
 ffi::Error TopKCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
                        ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
                        int64_t k) {
   auto view = DecodeTopK(x, *values, *indices, k, "jax_argreduce top_k (cpu)");
   if (!view.has_value()) return view.error();
-  const bool int64_indices = indices->element_type() == ffi::DataType::S64;
   DispatchFormat(view->format, false, [&](auto f, auto) {
     constexpr Format F = decltype(f)::value;
-    using Bits = typename FormatTraits<F>::Bits;
-    const Bits* data = static_cast<const Bits*>(view->data);
-    Bits* out = static_cast<Bits*>(values->untyped_data());
-    ParallelForRows(pool, view->rows, view->cols, [&](int64_t begin, int64_t end) {
-      std::vector<SelectItem> buffer;  // per task, reused across its rows
-      for (int64_t r = begin; r < end; ++r) {
-        if (int64_indices) {
-          TopKRowCpu<F>(data + r * view->cols, view->cols, k, out + r * k,
-                        static_cast<int64_t*>(indices->untyped_data()) + r * k, buffer);
-        } else {
-          TopKRowCpu<F>(data + r * view->cols, view->cols, k, out + r * k,
-                        static_cast<int32_t*>(indices->untyped_data()) + r * k, buffer);
-        }
-      }
-    }, kTopKElementsPerTask);
+    SelectRows<F>(pool, *view, k, *values, *indices, [](int64_t, const auto* row) {
+      return [row](int64_t c) { return RadixKey<F>(row[c]); };
+    });
+  });
+  return ffi::Error::Success();
+}
+
+// The split vocabulary's candidates (cpu_sample.h): top_k ranked by the sampler's z = logit *
+// (1/T) of each row (T == 0 rows: by the logit), what FilteredSamplerCpu ranks by. No key: the
+// noise is drawn after the exchange, from the global columns.
+ffi::Error ScaledTopKCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer temperature,
+                             ffi::Result<ffi::AnyBuffer> values,
+                             ffi::Result<ffi::AnyBuffer> indices, int64_t k) {
+  const std::string op = "jax_argreduce scaled top_k (cpu)";
+  auto view = DecodeTopK(x, *values, *indices, k, op);
+  if (!view.has_value()) return view.error();
+  auto per_row = DecodeTemperature(*view, temperature, op);
+  if (!per_row.has_value()) return per_row.error();
+  DispatchFormat(view->format, false, [&](auto f, auto) {
+    constexpr Format F = decltype(f)::value;
+    using Sampler = FilteredSamplerCpu<F>;
+    using Policy = typename Sampler::Policy;
+    const RowParam<typename Sampler::Noise> t{
+        static_cast<const typename Sampler::Noise*>(temperature.untyped_data()), *per_row};
+    SelectRows<F>(pool, *view, k, *values, *indices, [&](int64_t r, const auto* row) {
+      return [row, rr = Policy::Scaling(t[r])](int64_t c) { return Sampler::RankKey(rr, row[c]); };
+    });
   });
   return ffi::Error::Success();
 }
@@ -122,12 +160,13 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
                                       ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
                                       ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
                                       ffi::AnyBuffer min_p, ffi::AnyBuffer offsets,
+                                      ffi::AnyBuffer columns,
                                       ffi::Result<ffi::AnyBuffer> noisy_max,
                                       ffi::Result<ffi::AnyBuffer> indices, int64_t k_bound) {
   (void)k_bound;  // the CUDA handler's top-k path; one CPU path serves every row
   const std::string op = "jax_argreduce filtered categorical (cpu)";
   auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
-                                       *noisy_max, *indices, op);
+                                       columns, *noisy_max, *indices, op);
   if (!decoded.has_value()) return decoded.error();
   const RowView& view = decoded->view;
   const SampleFilters& filters = decoded->filters;
@@ -145,7 +184,10 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
       for (int64_t r = begin; r < end; ++r) {
         const RowFilters f{filters.top_k[r], filters.top_p[r], filters.min_p[r]};
         const auto* row = data + r * view.cols;
-        epilogue(r, Sampler::SampleRow(row, view.cols, policy.ForRow(r), f, scratch), row);
+        const int32_t* columns = decoded->columns;
+        epilogue(r, Sampler::SampleRow(row, view.cols, policy.ForRow(r), f, scratch,
+                                       columns != nullptr ? columns + r * view.cols : nullptr),
+                 row);
       }
     }, kFilteredElementsPerTask);
   });
@@ -187,6 +229,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TopKCpu, TopKCpuImpl,
                                   .Ret<ffi::AnyBuffer>()   // indices: [..., k] int32 or int64
                                   .Attr<int64_t>("k"));    // 1 <= k <= cols
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ScaledTopKCpu, ScaledTopKCpuImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()  // XLA's intra-op thread pool
+                                  .Arg<ffi::AnyBuffer>()   // x: [..., cols] float array
+                                  .Arg<ffi::AnyBuffer>()   // temperature: [1] or [rows]
+                                  .Ret<ffi::AnyBuffer>()   // values: [..., k] x's dtype
+                                  .Ret<ffi::AnyBuffer>()   // indices: [..., k] int32 or int64
+                                  .Attr<int64_t>("k"));    // 1 <= k <= cols
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCpu, FilteredCategoricalCpuImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()  // XLA's intra-op thread pool
@@ -197,6 +248,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCpu, FilteredCategoricalCpuImpl
                                   .Arg<ffi::AnyBuffer>()   // top_p: float32 [1] or [rows]
                                   .Arg<ffi::AnyBuffer>()   // min_p: float32 [1] or [rows]
                                   .Arg<ffi::AnyBuffer>()   // offsets: [2] int32 (row, col), or [0]
+                                  .Arg<ffi::AnyBuffer>()   // columns: [..., cols] int32, or [0]
                                   .Ret<ffi::AnyBuffer>()   // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>()   // indices: [...] int32 or int64
                                   .Attr<int64_t>("k_bound"));  // > 0: top_k in [1, it]; -1: none

@@ -7,6 +7,15 @@
 // mass reaches p of it: one pass for z_max, one that sums the masses into 2^16 buckets of
 // z's radix key (high bits first), then only the crossing bucket's tokens are sorted and walked.
 // The last pass draws among the tokens at or before the kept prefix's last (key, column).
+//
+// A split vocabulary (jax_argreduce/_sharding.py, split_filtered_sample) samples from its
+// shards' candidates: each shard's first k_bound tokens in the z order (RankKey; the logits'
+// bits and their global columns), concatenated in shard order, with a `columns` operand giving
+// each element's global column. Every filter keeps a prefix of the z order, so the row's top-k
+// set (k <= k_bound) lies among them. Ties in z are then broken by position in the candidate
+// row, which is global column order among equal z: shards come in column order, and within a
+// shard equal z are in column order (the select's ties). Ties of the noisy key, which tokens of
+// different z can have, are broken by the global column explicitly (Draw's index).
 #ifndef JAX_ARGREDUCE_FFI_CPU_SAMPLE_H_
 #define JAX_ARGREDUCE_FFI_CPU_SAMPLE_H_
 
@@ -47,10 +56,20 @@ struct FilteredSamplerCpu {
   }
   static bool IsNaN(Noise z) { return z != z; }
 
+  // The key a row's tokens are ranked by for the split vocabulary's candidates: z's, or for a
+  // T == 0 row the logit's own (widened exactly), whose first token is then the row's argmax
+  // (the CUDA select's order too: sample_topk.cuh, ScaledKeys).
+  static uint64_t RankKey(const Row& r, Bits bits) {
+    return SortKey(r.greedy ? categorical_detail::Widen<F>(bits) : r.Scaled(bits));
+  }
+
   // The sampled column of one row and its noisy key (the key of its y; for T == 0 its logit's,
-  // as the unfiltered sampler's noisy maximum).
+  // as the unfiltered sampler's noisy maximum). `columns` (nullptr: none): a split vocabulary's
+  // candidate row (the top comment), the global column of each element: its noise's counter
+  // (plus the row's column offset, as an element's own column) and the index returned.
   static Pair SampleRow(const Bits* x, int64_t cols, const Row& r, const RowFilters& f,
-                           SampleScratch& scratch) {
+                        SampleScratch& scratch, const int32_t* columns = nullptr) {
+    if (columns != nullptr) return SampleCandidates(x, cols, r, f, scratch, columns);
     if (r.greedy) return Argmax(x, cols);  // T == 0: argmax, whatever the filters
     if (!f.Any(cols)) return DrawAll(x, cols, r);
     if (f.HasTopK(cols)) return SampleTopK(x, cols, r, f, scratch);
@@ -68,6 +87,22 @@ struct FilteredSamplerCpu {
     return best;
   }
 
+  // A candidate row: the top-k path, whose draw takes the columns; a row without top-k (only
+  // where the candidates are the whole row) as its top-k of every token, which keeps what
+  // SampleRowPrefix keeps (the same prefix, by the same exact masses) and draws what DrawAll
+  // draws (the largest noisy key, the lowest column on ties).
+  static Pair SampleCandidates(const Bits* x, int64_t cols, const Row& r, const RowFilters& f,
+                               SampleScratch& scratch, const int32_t* columns) {
+    if (r.greedy) {  // the first of the largest logits is the lowest global column among them
+      Pair best = Argmax(x, cols);
+      best.index = columns[best.index];
+      return best;
+    }
+    RowFilters all = f;
+    if (!f.HasTopK(cols)) all.k = cols;
+    return SampleTopK(x, cols, r, all, scratch, columns);
+  }
+
   // The unfiltered draw: categorical's own scan (cpu_reduce.h), whose bounds skip the noise
   // of tokens that cannot win.
   static Pair DrawAll(const Bits* x, int64_t cols, const Row& r) {
@@ -75,12 +110,12 @@ struct FilteredSamplerCpu {
   }
 
   static Pair SampleTopK(const Bits* x, int64_t cols, const Row& r, const RowFilters& f,
-                            SampleScratch& scratch) {
+                         SampleScratch& scratch, const int32_t* columns = nullptr) {
     auto& items = scratch.items;
     SelectTopK(cols, f.k, [&](int64_t c) { return SortKey(r.Scaled(x[c])); }, items);
     const Noise z_max = r.Scaled(x[items[0].col]);
     // A NaN wins as in argmax; a top of -inf means every kept token is -inf: the first.
-    if (IsNaN(z_max) || z_max == -Noise(INFINITY)) return Draw(x, r, items[0].col);
+    if (IsNaN(z_max) || z_max == -Noise(INFINITY)) return Draw(x, r, items[0].col, columns);
     int64_t kept = f.k;
     if (f.HasTopP()) {
       uint64_t total = 0;
@@ -101,16 +136,18 @@ struct FilteredSamplerCpu {
     }
     // The candidates are in z order, not column order: ties of the noisy key go to the
     // lowest column explicitly.
-    Pair best = Draw(x, r, items[0].col);
+    Pair best = Draw(x, r, items[0].col, columns);
     for (int64_t i = 1; i < kept; ++i) {
-      const Pair draw = Draw(x, r, items[i].col);
+      const Pair draw = Draw(x, r, items[i].col, columns);
       if (draw.key > best.key || (draw.key == best.key && draw.index < best.index)) best = draw;
     }
     return best;
   }
 
-  static Pair Draw(const Bits* x, const Row& r, int64_t col) {
-    return Pair{NoisyKey<F>(r, r.Scaled(x[col]), col), static_cast<int32_t>(col)};
+  // Element i's draw: its noisy key and column (columns[i] where given).
+  static Pair Draw(const Bits* x, const Row& r, int64_t i, const int32_t* columns = nullptr) {
+    const int64_t col = columns != nullptr ? columns[i] : i;
+    return Pair{NoisyKey<F>(r, r.Scaled(x[i]), col), static_cast<int32_t>(col)};
   }
 
   // top-p and/or min-p over the whole row.

@@ -57,17 +57,26 @@ void SelectTopK(int64_t cols, int64_t k, const KeyOf& key_of, std::vector<Select
   buffer.resize(static_cast<size_t>(k));
 }
 
-// values[0..k) and indices[0..k) of one row of `cols` elements (1 <= k <= cols). `buffer` is
-// scratch, reused across rows.
-template <Format F, class Index>
-void TopKRowCpu(const typename FormatTraits<F>::Bits* row, int64_t cols, int64_t k,
-                typename FormatTraits<F>::Bits* values, Index* indices,
-                std::vector<SelectItem>& buffer) {
-  SelectTopK(cols, k, [row](int64_t c) { return RadixKey<F>(row[c]); }, buffer);
+// values[0..k) (bit for bit) and indices[0..k) of the k first elements of one row of `cols`
+// elements (1 <= k <= cols) ranked by `key_of(c)`, column c's radix key. `buffer` is scratch,
+// reused across rows.
+template <class Bits, class Index, class KeyOf>
+void SelectRowCpu(const Bits* row, int64_t cols, int64_t k, const KeyOf& key_of, Bits* values,
+                  Index* indices, std::vector<SelectItem>& buffer) {
+  SelectTopK(cols, k, key_of, buffer);
   for (int64_t i = 0; i < k; ++i) {
     values[i] = row[buffer[i].col];
     indices[i] = static_cast<Index>(buffer[i].col);
   }
+}
+
+// top_k's row: ranked by the elements' own radix keys.
+template <Format F, class Index>
+void TopKRowCpu(const typename FormatTraits<F>::Bits* row, int64_t cols, int64_t k,
+                typename FormatTraits<F>::Bits* values, Index* indices,
+                std::vector<SelectItem>& buffer) {
+  SelectRowCpu(row, cols, k, [row](int64_t c) { return RadixKey<F>(row[c]); }, values, indices,
+               buffer);
 }
 
 }  // namespace jax_argreduce

@@ -172,16 +172,17 @@ ffi::Error CategoricalCudaImpl(cudaStream_t stream, int32_t device, CallSiteStat
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
-ffi::Error TopKCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
-                        ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
-                        ffi::Result<ffi::AnyBuffer> workspace, int64_t k) {
-  const std::string op = "jax_argreduce top_k (cuda)";
-  auto view = DecodeTopK(x, *values, *indices, k, op);
-  if (!view.has_value()) return view.error();
+// A top_k call decoded (DecodeTopK) and checked for the kernels, as their launch.
+ffi::ErrorOr<TopKLaunch> TopKLaunchOf(cudaStream_t stream, int device, const ffi::AnyBuffer& x,
+                                      ffi::AnyBuffer& values, ffi::AnyBuffer& indices,
+                                      ffi::AnyBuffer& workspace, int64_t k,
+                                      const std::string& op) {
+  auto view = DecodeTopK(x, values, indices, k, op);
+  if (!view.has_value()) return ffi::Unexpected(view.error());
   if (view->format == Format::kF64 || k > kSelectMaxK) {
-    return ffi::Error::InvalidArgument(op + ": the kernels take float16, bfloat16 and float32 " +
-                                       "and k <= " + std::to_string(kSelectMaxK) +
-                                       " (jax_argreduce routes the rest to XLA)");
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        op + ": the kernels take float16, bfloat16 and float32 and k <= " +
+        std::to_string(kSelectMaxK) + " (jax_argreduce routes the rest to XLA)"));
   }
   TopKLaunch launch;
   launch.stream = stream;
@@ -192,29 +193,60 @@ ffi::Error TopKCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
   launch.rows = view->rows;
   launch.cols = view->cols;
   launch.k = k;
-  launch.values = values->untyped_data();
-  launch.indices = indices->untyped_data();
-  launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
-  launch.workspace = workspace->untyped_data();
-  launch.workspace_bytes = workspace->size_bytes();
-  const cudaError_t err = OnDevice(device, [&] { return LaunchTopK(launch); });
+  launch.values = values.untyped_data();
+  launch.indices = indices.untyped_data();
+  launch.index_is_int64 = indices.element_type() == ffi::DataType::S64;
+  launch.workspace = workspace.untyped_data();
+  launch.workspace_bytes = workspace.size_bytes();
+  return launch;
+}
+
+ffi::Error TopKCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
+                        ffi::Result<ffi::AnyBuffer> values, ffi::Result<ffi::AnyBuffer> indices,
+                        ffi::Result<ffi::AnyBuffer> workspace, int64_t k) {
+  const std::string op = "jax_argreduce top_k (cuda)";
+  auto launch = TopKLaunchOf(stream, device, x, *values, *indices, *workspace, k, op);
+  if (!launch.has_value()) return launch.error();
+  const cudaError_t err = OnDevice(device, [&] { return LaunchTopK(*launch); });
+  return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
+}
+
+// The split vocabulary's candidates (sample_topk_kernels.h, LaunchScaledTopK): top_k ranked by
+// the sampler's z. No key: the noise is drawn after the exchange, from the global columns.
+ffi::Error ScaledTopKCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer x,
+                              ffi::AnyBuffer temperature, ffi::Result<ffi::AnyBuffer> values,
+                              ffi::Result<ffi::AnyBuffer> indices,
+                              ffi::Result<ffi::AnyBuffer> workspace, int64_t k) {
+  const std::string op = "jax_argreduce scaled top_k (cuda)";
+  auto select = TopKLaunchOf(stream, device, x, *values, *indices, *workspace, k, op);
+  if (!select.has_value()) return select.error();
+  const RowView view{select->x, select->format, select->rows, select->cols};
+  auto per_row = DecodeTemperature(view, temperature, op);
+  if (!per_row.has_value()) return per_row.error();
+  ScaledTopKLaunch launch;
+  launch.select = *select;
+  launch.temperature =
+      RowParam<float>{static_cast<const float*>(temperature.untyped_data()), *per_row};
+  const cudaError_t err = OnDevice(device, [&] { return LaunchScaledTopK(launch); });
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
 // The filtered sampler: the top-k path where every row's top_k is within k_bound > 0 (its
 // candidates in the workspace the lowering sized, WorkspaceBytes("filtered_categorical")); with
 // k_bound < 0 (no row has a top-k) the spread path where it takes the call (its histograms in
-// that workspace); else the generic kernel (no workspace).
+// that workspace); else the generic kernel (no workspace). With columns (a split vocabulary's
+// candidate row), only the top-k path, the one that takes them.
 ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer keys,
                                        ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
                                        ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
                                        ffi::AnyBuffer min_p, ffi::AnyBuffer offsets,
+                                       ffi::AnyBuffer columns,
                                        ffi::Result<ffi::AnyBuffer> noisy_max,
                                        ffi::Result<ffi::AnyBuffer> indices,
                                        ffi::Result<ffi::AnyBuffer> workspace, int64_t k_bound) {
   const std::string op = "jax_argreduce filtered categorical (cuda)";
   auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
-                                       *noisy_max, *indices, op);
+                                       columns, *noisy_max, *indices, op);
   if (!decoded.has_value()) return decoded.error();
   const RowView& view = decoded->view;
   const SamplerView& sampler = decoded->sampler;
@@ -241,8 +273,14 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
     launch.indices = indices->untyped_data();
     launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
   };
+  const bool top_k_path = UsesSampleTopK(view.cols, k_bound, FormatBytes(view.format));
+  if (decoded->columns != nullptr && !top_k_path) {
+    return ffi::Error::InvalidArgument(op + ": columns need the top-k path (k_bound in [1, " +
+                                       std::to_string(kSelectMaxK) + "], below cols, and 16- " +
+                                       "or 32-bit logits)");
+  }
   cudaError_t err;
-  if (UsesSampleTopK(view.cols, k_bound, FormatBytes(view.format))) {
+  if (top_k_path) {
     // Every row's top_k is in [1, k_bound]: k_bound candidates per row from the select, then
     // the filters and the draw on them (sample_topk_kernels.h).
     SampleTopKLaunch launch;
@@ -253,6 +291,7 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
                                          sampler.temperature_per_row};
     launch.workspace = workspace->untyped_data();
     launch.workspace_bytes = workspace->size_bytes();
+    launch.columns = decoded->columns;
     err = OnDevice(device, [&] { return LaunchSampleTopK(launch); });
   } else {
     FilteredSampleLaunch launch;
@@ -323,6 +362,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TopKCuda, TopKCudaImpl,
                                   .Attr<int64_t>("k"),        // 1 <= k <= min(cols, 1024)
                               {ffi::Traits::kCmdBufferCompatible});
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ScaledTopKCuda, ScaledTopKCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
+                                  .Ctx<ffi::DeviceOrdinal>()  // the stream's device
+                                  .Arg<ffi::AnyBuffer>()      // x: [..., cols] float array
+                                  .Arg<ffi::AnyBuffer>()      // temperature: [1] or [rows]
+                                  .Ret<ffi::AnyBuffer>()      // values: [..., k] x's dtype
+                                  .Ret<ffi::AnyBuffer>()      // indices: [..., k] int32/int64
+                                  .Ret<ffi::AnyBuffer>()      // workspace: top_k's plan
+                                  .Attr<int64_t>("k"),        // 1 <= k <= min(cols, 1024)
+                              {ffi::Traits::kCmdBufferCompatible});
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCuda, FilteredCategoricalCudaImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
@@ -334,6 +385,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCuda, FilteredCategoricalCudaIm
                                   .Arg<ffi::AnyBuffer>()      // top_p: float32 [1] or [rows]
                                   .Arg<ffi::AnyBuffer>()      // min_p: float32 [1] or [rows]
                                   .Arg<ffi::AnyBuffer>()      // offsets: [2] int32, or [0]
+                                  .Arg<ffi::AnyBuffer>()      // columns: [..., cols] int32, or [0]
                                   .Ret<ffi::AnyBuffer>()      // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
                                   .Ret<ffi::AnyBuffer>()      // workspace: the top-k, spread paths

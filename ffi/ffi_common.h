@@ -117,6 +117,22 @@ struct SamplerView {
   bool has_offsets;
 };
 
+// The temperature (float32; float64 for float64 logits) of 1 or rows elements: whether it has
+// one per row.
+inline xla::ffi::ErrorOr<bool> DecodeTemperature(const RowView& view,
+                                                 const xla::ffi::AnyBuffer& temperature,
+                                                 const std::string& op) {
+  namespace ffi = xla::ffi;
+  const auto noise_type = view.format == Format::kF64 ? ffi::DataType::F64 : ffi::DataType::F32;
+  const int64_t t_count = static_cast<int64_t>(temperature.element_count());
+  if (temperature.element_type() != noise_type || (t_count != 1 && t_count != view.rows)) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        op + ": temperature must be float32 (float64 for float64 logits) of 1 or rows "
+        "elements"));
+  }
+  return t_count != 1;
+}
+
 inline xla::ffi::ErrorOr<SamplerView> DecodeSampler(const RowView& view,
                                                     const xla::ffi::AnyBuffer& keys,
                                                     const xla::ffi::AnyBuffer& temperature,
@@ -137,18 +153,15 @@ inline xla::ffi::ErrorOr<SamplerView> DecodeSampler(const RowView& view,
     return invalid("rows (" + std::to_string(view.rows) + ") must be a multiple of num_keys (" +
                    std::to_string(sampler.num_keys) + ")");
   }
-  const auto noise_type = view.format == Format::kF64 ? ffi::DataType::F64 : ffi::DataType::F32;
-  const int64_t t_count = static_cast<int64_t>(temperature.element_count());
-  if (temperature.element_type() != noise_type || (t_count != 1 && t_count != view.rows)) {
-    return invalid("temperature must be float32 (float64 for float64 logits) of 1 or rows "
-                   "elements");
-  }
-  sampler.temperature_per_row = t_count != 1;
+  auto per_row = DecodeTemperature(view, temperature, op);
+  if (!per_row.has_value()) return ffi::Unexpected(per_row.error());
+  sampler.temperature_per_row = *per_row;
   if (offsets.element_type() != ffi::DataType::S32 ||
       (offsets.element_count() != 2 && offsets.element_count() != 0)) {
     return invalid("offsets must be two int32 (row offset, column offset), or none");
   }
   sampler.has_offsets = offsets.element_count() == 2;
+  const auto noise_type = view.format == Format::kF64 ? ffi::DataType::F64 : ffi::DataType::F32;
   if (noisy_max != nullptr && (noisy_max->element_type() != noise_type ||
                                 static_cast<int64_t>(noisy_max->element_count()) != view.rows)) {
     return invalid("noisy_max must have the temperature's dtype, one element per row");
@@ -192,18 +205,22 @@ inline xla::ffi::ErrorOr<SampleFilters> DecodeSampleFilters(const xla::ffi::AnyB
 }
 
 // The filtered sampler's operands, decoded once for the CPU and CUDA handlers: the logits as
-// rows, the sampler's (keys, temperature, offsets, noisy maxima) and the three filters.
+// rows, the sampler's (keys, temperature, offsets, noisy maxima), the three filters and the
+// columns: int32, one per logit (a split vocabulary's candidates: each element's global
+// column, cpu_sample.h), or none (an empty operand: each element's own column).
 struct FilteredSamplerView {
   RowView view;
   SamplerView sampler;
   SampleFilters filters;
+  const int32_t* columns;  // nullptr: none
 };
 inline xla::ffi::ErrorOr<FilteredSamplerView> DecodeFilteredSampler(
     const xla::ffi::AnyBuffer& keys, const xla::ffi::AnyBuffer& logits,
     const xla::ffi::AnyBuffer& temperature, const xla::ffi::AnyBuffer& top_k,
     const xla::ffi::AnyBuffer& top_p, const xla::ffi::AnyBuffer& min_p,
-    const xla::ffi::AnyBuffer& offsets, const xla::ffi::AnyBuffer& noisy_max,
-    const xla::ffi::AnyBuffer& indices, const std::string& op) {
+    const xla::ffi::AnyBuffer& offsets, const xla::ffi::AnyBuffer& columns,
+    const xla::ffi::AnyBuffer& noisy_max, const xla::ffi::AnyBuffer& indices,
+    const std::string& op) {
   namespace ffi = xla::ffi;
   auto view = DecodeRows(logits, indices, nullptr, op);
   if (!view.has_value()) return ffi::Unexpected(view.error());
@@ -211,7 +228,16 @@ inline xla::ffi::ErrorOr<FilteredSamplerView> DecodeFilteredSampler(
   if (!sampler.has_value()) return ffi::Unexpected(sampler.error());
   auto filters = DecodeSampleFilters(top_k, top_p, min_p, view->rows, op);
   if (!filters.has_value()) return ffi::Unexpected(filters.error());
-  return FilteredSamplerView{*view, *sampler, *filters};
+  const int64_t column_count = static_cast<int64_t>(columns.element_count());
+  if (columns.element_type() != ffi::DataType::S32 ||
+      (column_count != 0 && column_count != view->rows * view->cols)) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        op + ": columns must be int32, one per logit (" + std::to_string(view->rows * view->cols) +
+        ") or none, got " + std::to_string(column_count)));
+  }
+  const auto* column_data =
+      column_count != 0 ? static_cast<const int32_t*>(columns.untyped_data()) : nullptr;
+  return FilteredSamplerView{*view, *sampler, *filters, column_data};
 }
 
 }  // namespace jax_argreduce

@@ -12,13 +12,16 @@ namespace jax_argreduce {
 // argreduce: x -> indices. max_with_index: x -> (values, indices). Attribute is_min.
 // categorical: (keys, logits, temperature, offsets) -> (noisy_max, indices).
 // top_k: x -> (values, indices), k per row. Attribute k.
-// filtered categorical: (keys, logits, temperature, top_k, top_p, min_p, offsets) ->
-// (noisy_max, indices). Attribute k_bound (> 0: every row's top_k is in [1, k_bound]; the CPU
-// handler ignores it).
+// scaled top_k: (x, temperature) -> (values, indices): top_k ranked by the sampler's z = x *
+// (1/T) (T == 0 rows: by x), a split vocabulary's candidates. Attribute k.
+// filtered categorical: (keys, logits, temperature, top_k, top_p, min_p, offsets, columns) ->
+// (noisy_max, indices); columns: each logit's global column, or none. Attribute k_bound (> 0:
+// every row's top_k is in [1, k_bound]; the CPU handler ignores it).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(TopKCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ScaledTopKCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(FilteredCategoricalCpu);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
 // Per call site, from XLA's instantiate stage (InstantiateCuda) to the executable's end: the
@@ -38,6 +41,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(TopKCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ScaledTopKCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(FilteredCategoricalCuda);
 #endif
 

@@ -125,12 +125,14 @@ NB_MODULE(_argreduce, m) {
     add("max_with_index", "cpu", MaxWithIndexCpu, nullptr);
     add("categorical", "cpu", CategoricalCpu, nullptr);
     add("top_k", "cpu", TopKCpu, nullptr);
+    add("scaled_top_k", "cpu", ScaledTopKCpu, nullptr);
     add("filtered_categorical", "cpu", FilteredCategoricalCpu, nullptr);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
     add("argreduce", "cuda", ArgReduceCuda, InstantiateCuda);
     add("max_with_index", "cuda", MaxWithIndexCuda, InstantiateCuda);
     add("categorical", "cuda", CategoricalCuda, InstantiateCuda);
     add("top_k", "cuda", TopKCuda, nullptr);
+    add("scaled_top_k", "cuda", ScaledTopKCuda, nullptr);
     add("filtered_categorical", "cuda", FilteredCategoricalCuda, nullptr);
 #endif
     return targets;

@@ -42,6 +42,7 @@
 #include "device.cuh"
 #include "launch_plan.h"
 #include "order.h"
+#include "top_k_kernels.h"
 
 namespace jax_argreduce {
 namespace row_select {
@@ -498,6 +499,45 @@ cudaError_t LaunchSelectLevels(const Keys& keys, const SelectPlan& plan, cudaStr
     if (err != cudaSuccess) return err;
   }
   return cudaGetLastError();
+}
+
+// A top_k launch (top_k_kernels.h) checked, planned (PlanTopK) and run with the key policy
+// `keys_for(format)` (format: a std::integral_constant<Format, ...>) of its format: top_k's
+// LogitKeys, or another order (the split vocabulary's candidates, sample_topk_kernels.cu).
+template <class KeysFor>
+cudaError_t LaunchTopKWith(const TopKLaunch& launch, const KeysFor& keys_for) {
+  if (launch.rows == 0) return cudaSuccess;
+  if (launch.rows < 0 || launch.cols < 1 || launch.cols > INT32_MAX || launch.k < 1 ||
+      launch.k > launch.cols || launch.k > kSelectMaxK || launch.format == Format::kF64) {
+    return cudaErrorInvalidValue;
+  }
+  const SelectPlan plan =
+      PlanTopK(launch.rows, launch.cols, launch.k, FormatBytes(launch.format));
+  // XLA buffers are aligned; align by hand anyway rather than trust it (WorkspaceBytes: +16).
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(launch.workspace);
+  const uintptr_t aligned = (raw + 15) & ~uintptr_t{15};
+  if (plan.workspace_bytes > 0 &&
+      plan.workspace_bytes + (aligned - raw) > launch.workspace_bytes) {
+    return cudaErrorInvalidValue;
+  }
+  int major = 0;
+  const cudaError_t err = CcMajor(launch.device, &major);
+  if (err != cudaSuccess) return err;
+  const bool pdl = launch.options.pdl && major >= 9;
+  char* workspace = reinterpret_cast<char*>(aligned);
+  const SelectOutput out{launch.values, launch.indices, launch.index_is_int64};
+  auto levels = [&](auto format) {
+    return LaunchSelectLevels(keys_for(format), plan, launch.stream, pdl, launch.x, launch.rows,
+                              static_cast<int32_t>(launch.cols), static_cast<int32_t>(launch.k),
+                              workspace, out);
+  };
+  switch (launch.format) {
+    case Format::kF16: return levels(std::integral_constant<Format, Format::kF16>{});
+    case Format::kBF16: return levels(std::integral_constant<Format, Format::kBF16>{});
+    case Format::kF32: return levels(std::integral_constant<Format, Format::kF32>{});
+    case Format::kF64: break;
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace row_select

@@ -54,6 +54,19 @@ struct ScaledKeys {
   __device__ __forceinline__ Row ForRow(int64_t row) const { return Row{policy.ForRow(row)}; }
 };
 
+// A split vocabulary's candidates (stage 1, jax_argreduce/_sharding.py split_filtered_sample;
+// the CPU's FilteredSamplerCpu<F>::RankKey): ScaledKeys' order from the temperature alone, no
+// key and no counters (the candidates carry logits; their noise is drawn after the exchange).
+template <Format F>
+struct TemperatureKeys {
+  static constexpr Format kFormat = F;
+  static constexpr int kBits = ScaledKeys<F>::kBits;
+  RowParam<float> temperature;
+  __device__ __forceinline__ typename ScaledKeys<F>::Row ForRow(int64_t row) const {
+    return {GumbelKeyPolicy<F>::Scaling(temperature[row])};
+  }
+};
+
 // The finish kernel's arguments besides the policy (keys, temperature, offsets).
 struct FinishArgs {
   const void* values;        // [rows, k] logit bits, in z's order (the select's output)
@@ -64,6 +77,10 @@ struct FinishArgs {
   RowParam<float> top_p;     // >= 1 (or NaN): no top-p
   RowParam<float> min_p;     // <= 0 (or NaN): no min-p
   NoisyMaxEpilogue out;      // index and noisy maximum per row
+  // kColumns: [rows, cols] int32, the global column of each element of the select's input (a
+  // split vocabulary's candidate row, cpu_sample.h): a candidate's noise counter and index.
+  const int32_t* global_columns;
+  int32_t cols;
 };
 
 // One block of kThreads per row (blocks loop over rows), thread t holding candidates t *
@@ -75,8 +92,10 @@ struct FinishArgs {
 // fixed-point masses, are not below p of the k_r candidates' total; min-p: its mass relative
 // to the top is below min_p), at least 1; a block minimum, so exactly CPU's sequential walk.
 // The draw is the block's maximum of (noisy key, lowest column) over the kept ones (order.h's
-// total order: any reduction tree gives the CPU's left-to-right answer).
-template <Format F, int kThreads, int kItems>
+// total order: any reduction tree gives the CPU's left-to-right answer). kColumns: every column
+// the select wrote (a position in the candidate row) stands for its global column, in the
+// noise and the index (the positions' order among equal z is the global columns').
+template <Format F, int kThreads, int kItems, bool kColumns>
 __global__ void __launch_bounds__(kThreads)
     SampleTopKKernel(GumbelKeyPolicy<F> policy, FinishArgs a) {
   using Policy = GumbelKeyPolicy<F>;
@@ -93,10 +112,17 @@ __global__ void __launch_bounds__(kThreads)
     const typename Policy::Row r = policy.ForRow(row);
     const Bits* values = static_cast<const Bits*>(a.values) + row * a.k;
     const int32_t* columns = a.columns + row * a.k;
+    const auto column = [&](int32_t i) {
+      if constexpr (kColumns) {
+        return a.global_columns[row * a.cols + columns[i]];
+      } else {
+        return columns[i];
+      }
+    };
     // Every thread reads the first candidate (one line for the block): the branches below are
     // uniform over the block, so its barriers are reached by all or none.
     const Bits top_bits = values[0];
-    const int32_t top_col = columns[0];
+    const int32_t top_col = column(0);
     if (r.greedy) {  // T == 0: the argmax, its key the logit's (as the unfiltered sampler)
       if (tid == 0) {
         a.out(row, Pair{Policy::Row::KeyOf(categorical_detail::Widen<F>(top_bits)), top_col},
@@ -118,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kItems; ++j) {
       const int32_t i = tid * kItems + j;
       z[j] = i < k ? r.Scaled(values[i]) : 0.0f;
-      col[j] = i < k ? columns[i] : 0;
+      col[j] = i < k ? column(i) : 0;
     }
     // The first position a filter drops (k: none).
     int32_t drop = k;

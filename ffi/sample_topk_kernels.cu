@@ -12,6 +12,7 @@ namespace {
 using sample_topk::FinishArgs;
 using sample_topk::SampleTopKKernel;
 using sample_topk::ScaledKeys;
+using sample_topk::TemperatureKeys;
 
 // Candidates per row up to kSmallK take 64-thread blocks, one candidate each (the common
 // serving k of tens); more take 256 threads of 4 (up to kSelectMaxK).
@@ -46,18 +47,31 @@ cudaError_t Launch(const SampleTopKLaunch& launch, const SampleTopKLayout& layou
                         launch.top_k,
                         launch.top_p,
                         launch.min_p,
-                        NoisyMaxEpilogue{launch.indices, launch.index_is_int64, launch.noisy_max}};
+                        NoisyMaxEpilogue{launch.indices, launch.index_is_int64, launch.noisy_max},
+                        launch.columns,
+                        static_cast<int32_t>(launch.cols)};
   const int64_t grid = std::min<int64_t>(launch.rows, int64_t{0x7FFFFFFF});
-  err = k <= kSmallK
-            ? device::LaunchEx(SampleTopKKernel<F, kSmallThreads, 1>, grid, kSmallThreads,
-                               launch.stream, pdl, policy, args)
-            : device::LaunchEx(SampleTopKKernel<F, kLargeThreads, kLargeItems>, grid,
-                               kLargeThreads, launch.stream, pdl, policy, args);
+  auto finish = [&](auto columns) {
+    constexpr bool kColumns = decltype(columns)::value;
+    return k <= kSmallK
+               ? device::LaunchEx(SampleTopKKernel<F, kSmallThreads, 1, kColumns>, grid,
+                                  kSmallThreads, launch.stream, pdl, policy, args)
+               : device::LaunchEx(SampleTopKKernel<F, kLargeThreads, kLargeItems, kColumns>,
+                                  grid, kLargeThreads, launch.stream, pdl, policy, args);
+  };
+  err = launch.columns != nullptr ? finish(std::true_type{}) : finish(std::false_type{});
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }
 
 }  // namespace
+
+cudaError_t LaunchScaledTopK(const ScaledTopKLaunch& launch) {
+  if (launch.select.rows != 0 && launch.temperature.data == nullptr) return cudaErrorInvalidValue;
+  return row_select::LaunchTopKWith(launch.select, [&](auto format) {
+    return TemperatureKeys<decltype(format)::value>{launch.temperature};
+  });
+}
 
 size_t SampleTopKWorkspaceBytes(int64_t rows, int64_t cols, int64_t k_bound, int elem_bytes) {
   return WorkspaceBytes("sample_top_k", rows, cols, k_bound, elem_bytes);

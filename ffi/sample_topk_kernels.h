@@ -13,6 +13,7 @@
 #include "launch_plan.h"
 #include "order.h"
 #include "row_param.h"
+#include "top_k_kernels.h"
 
 namespace jax_argreduce {
 
@@ -44,11 +45,24 @@ struct SampleTopKLaunch {
   bool index_is_int64 = false;
   void* workspace = nullptr;       // SampleTopKWorkspaceBytes(...), any contents
   size_t workspace_bytes = 0;
+  // [rows, cols] int32 in device memory, the global column of each logit, or nullptr (its own
+  // column): a split vocabulary's candidate row (FilteredSamplerCpu's columns, cpu_sample.h),
+  // whose noise is drawn at, and whose index is, the global column.
+  const int32_t* columns = nullptr;
 };
 
 // Returns the first CUDA error (cudaErrorInvalidValue for arguments out of range, including a
 // workspace smaller than SampleTopKWorkspaceBytes).
 cudaError_t LaunchSampleTopK(const SampleTopKLaunch& launch);
+
+// A split vocabulary's candidates: `select` (top_k_kernels.h; not float64) ranked by the
+// sampler's z = x * (1/T) of each row (T == 0 rows: by x) instead of x, exactly as the top-k
+// path ranks (sample_topk.cuh, ScaledKeys), and as FilteredSamplerCpu<F>::RankKey on the CPU.
+struct ScaledTopKLaunch {
+  TopKLaunch select;            // its workspace: WorkspaceBytes("top_k", ...), the same plan
+  RowParam<float> temperature;  // device memory, 1 or `rows` values
+};
+cudaError_t LaunchScaledTopK(const ScaledTopKLaunch& launch);
 
 // The workspace one launch needs (WorkspaceBytes("sample_top_k", ...): a pure function of the
 // shape): the select's candidates, then k = min(k_bound, cols) values and columns per row.

@@ -447,8 +447,13 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
   exchanges one ``[rows, shards]`` set of (noisy maximum, index) pairs; samples are identical to
   unsharded ones. Under Auto mesh axes (XLA decides the split after tracing) XLA gathers the
   logits for the call (exact; jax_argreduce/_sharding.py): shard with explicit axes or use
-  ``axis_name=`` inside ``shard_map``. With filters, split rows sample where they are, but a
-  split vocabulary is gathered for the call (exact; a per-shard exchange is not written yet).
+  ``axis_name=`` inside ``shard_map``. With filters, split rows sample where they are; a split
+  vocabulary with a top-k bound (a concrete ``top_k``, or ``top_k_bound=``) below the shard
+  width exchanges each shard's bound-many first tokens in the z order (logits' bits and global
+  columns, ``[rows, shards, bound]``) instead of the logits, and samples those (the same
+  sample); without such a bound (``top_p``/``min_p`` alone, or a bound at or above the shard
+  width; on a GPU also float64 or a bound above 1024) the vocabulary is gathered for the call
+  (exact).
 
   Semantics: ``-inf`` logits are never drawn unless the whole row is ``-inf`` (then index 0);
   a NaN logit wins as in ``argmax`` (its y is NaN). The noise lies in [-3.1300, 22.8739]

@@ -244,6 +244,21 @@ def xla_partitions(op: str, method: str) -> bool:
   return method != "kernel" and OPS[op].xla_split == "xla"
 
 
+def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
+                         method: str) -> bool:
+  """Whether a filtered sampler call on ``shape`` whose vocabulary is split into ``shards``
+  exchanges each shard's ``k_bound`` first tokens (_sharding.split_filtered_sample) rather
+  than gathering the logits: with a top-k bound below the shard width (at or above it the
+  candidates would be every logit of the shard with its column, more than the gather moves),
+  where the handler takes the call, and on CUDA where both stages take the top-k kernels
+  (16- and 32-bit formats, ``k_bound`` <= TOP_K_MAX_K)."""
+  width = shape[-1] // shards
+  if not 0 < k_bound < width or route("filtered_categorical", platform, shape, dtype,
+                                      method) != "kernel":
+    return False
+  return platform != "cuda" or (np.dtype(dtype).itemsize <= 4 and k_bound <= _ffi.TOP_K_MAX_K)
+
+
 def flattens_in_two_stages(dtype, ndim: int, explicitly_sharded: bool) -> bool:
   """``axis=None`` (the flattened input): True where the input is reduced along its last axis
   first (partitioned like any call) and the per-row pairs then combined (_sharding.flat_reduce),

@@ -725,8 +725,10 @@ def top_k_last_axis(x, k: int, *, index_dtype, method: str = "auto"):
 #   keys, logits, temperature, top_k (int32), top_p (float32), min_p (float32), offsets;
 # each filter [*batch] (per row) or [1] * n (shared), as temperature (_params). Results as
 # categorical_p's: noisy_max (the drawn token's y) and indices.
-# Sharded logits go to the handler whole (XLA gathers the vocab, and the rows unless the keys
-# are per row): exact, not yet partitioned per shard.
+# The handler takes one more operand, columns: int32 [*batch, cols], the global column of each
+# logit (a split vocabulary's candidates: its noise counter and the index returned), or int32
+# [0] (NO_COLUMNS: each logit's own column); the primitive never has it (its partition rule
+# passes it to the handler, _filtered_partitioned).
 
 filtered_categorical_p = Primitive("jax_argreduce_filtered_categorical")
 filtered_categorical_p.multiple_results = True
@@ -785,16 +787,20 @@ def _filtered_xla(keys, logits, temperature, top_k, top_p, min_p, offsets, *, in
   return _categorical_xla(keys, masked, temperature, offsets, index_dtype=index_dtype)
 
 
-def _filtered_factors(k_aval, aval, param_avals):
-  """The handler call's Shardy factors: categorical's (_sampler_factors) for keys and logits;
-  each row parameter split with the rows where it is per row and the keys are (as the
-  temperature is there), else replicated."""
+NO_COLUMNS = np.zeros((0,), np.int32)
+
+
+def _filtered_factors(k_aval, aval, param_avals, c_aval):
+  """The handler call's Shardy factors: categorical's (_sampler_factors) for keys and logits
+  (the columns as the logits where given); each row parameter split with the rows where it is
+  per row and the keys are (as the temperature is there), else replicated."""
   (key_f, logit_f, _, off_f), results = _sampler_factors(k_aval, aval, param_avals[0])
   batch = aval.shape[:-1]
   row_keyed = key_f[0] != "nk"
   param_f = [(key_f[0],) if row_keyed and _params.per_row(a.shape, batch) else (f"np{i}",)
              for i, a in enumerate(param_avals)]
-  return [key_f, logit_f, *param_f, off_f], results
+  column_f = logit_f if c_aval.ndim == aval.ndim else ("ncol",)
+  return [key_f, logit_f, *param_f, off_f, column_f], results
 
 
 def _filtered_block(keys, logits, temperature, top_k, top_p, min_p, offsets, *, index_dtype,
@@ -807,6 +813,17 @@ def _filtered_block(keys, logits, temperature, top_k, top_p, min_p, offsets, *, 
   aval = typeof(logits)
   if _dispatch.route("filtered_categorical", platform, aval.shape, aval.dtype, method) == "xla":
     return _filtered_xla(keys, logits, *params, offsets, index_dtype=index_dtype)
+  return _filtered_handler(keys, logits, *params, offsets, NO_COLUMNS, index_dtype=index_dtype,
+                           method=method, k_bound=k_bound, platform=platform)
+
+
+def _filtered_handler(keys, logits, temperature, top_k, top_p, min_p, offsets, columns, *,
+                      index_dtype, method, k_bound, platform):
+  """The filtered sampler's handler call on a block (:func:`call_handler`), with ``columns``
+  (the block comment above)."""
+  keys, logits, *params, offsets, columns = _vary_together(
+      [keys, logits, temperature, top_k, top_p, min_p, offsets, columns])
+  aval = typeof(logits)
   k_aval, param_avals = typeof(keys), [typeof(p) for p in params]
   avals_out = _categorical_abstract_eval(k_aval, aval, param_avals[0], typeof(offsets),
                                          index_dtype=index_dtype, method=method)
@@ -817,18 +834,43 @@ def _filtered_block(keys, logits, temperature, top_k, top_p, min_p, offsets, *, 
     workspace = _ffi.cuda_workspace_bytes("filtered_categorical", math.prod(aval.shape[:-1]),
                                           aval.shape[-1], k_bound, aval.dtype.itemsize)
   return call_handler("filtered_categorical", platform,
-                      [flat_keys, logits, *flat_params, offsets], avals_out,
-                      *_filtered_factors(k_aval, aval, param_avals), workspace_bytes=workspace,
-                      k_bound=np.int64(k_bound))
+                      [flat_keys, logits, *flat_params, offsets, columns], avals_out,
+                      *_filtered_factors(k_aval, aval, param_avals, typeof(columns)),
+                      workspace_bytes=workspace, k_bound=np.int64(k_bound))
+
+
+def _scaled_top_k_block(logits, temperature, k: int, *, platform):
+  """A split vocabulary's candidates on a block (stage 1 of _sharding.split_filtered_sample):
+  the block's ``k`` first tokens in the sampler's z order (z = logits * (1/T) as the handlers
+  compute it, SPEC §1f; T == 0 rows by the logits), as ``[values, local indices]`` ``[...,
+  k]`` (the logits' bits; int32). A handler ("scaled_top_k"), not XLA: z computed by XLA would
+  flush subnormals on CPU and differ from the sampler's, and ranking by the logits instead would
+  order differently where scaling by 1/T rounds distinct logits to one z (the z order breaks
+  such ties by column)."""
+  logits, temperature = _vary_together([logits, temperature])
+  aval, t_aval = typeof(logits), typeof(temperature)
+  avals_out = _top_k_abstract_eval(aval, k=k, index_dtype=np.int32, method="auto")
+  rows = _row_factors(aval.ndim - 1)
+  t_f = rows if _params.per_row(t_aval.shape, aval.shape[:-1]) else tuple(
+      f"nt{i}" for i in range(t_aval.ndim))
+  # The CUDA select's plan is top_k's (the key width changes no level and no buffer).
+  return call_handler("scaled_top_k", platform, [logits, temperature], avals_out,
+                      [rows + ("cols",), t_f], [rows + ("k",), rows + ("k",)],
+                      workspace_bytes=_top_k_workspace(platform, aval, k), k=np.int64(k))
 
 
 def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound, platform):
   """The partition rule: where the logits' type splits them over explicit mesh axes, a
-  shard_map over the row axes in which each block samples with its global row counters
-  (_sharding.sample_plan / sample_block, as categorical's rule), the filters split with the
-  rows where they are per row. A split vocabulary is first gathered whole (exact; a per-shard
-  split of the filters' thresholds is not written yet). Where XLA decides the split (Auto
-  axes), the handler call stays (XLA gathers the logits for it). Else None."""
+  shard_map in which each block samples with its global row counters (_sharding.sample_plan /
+  sample_block, as categorical's rule), the filters split with the rows where they are per
+  row. A split vocabulary, where the call has a top-k bound ``k_bound`` below the shard width
+  (_dispatch.exchanges_candidates), exchanges each shard's ``k_bound`` first tokens in the z
+  order instead of the logits (_sharding.split_filtered_sample: a stage of candidates
+  (:func:`_scaled_top_k_block`), one exchange, the sampler on the candidates with their global
+  columns, which every vocab shard runs alike: the result is needed on each of them, and the
+  candidates are small, so a second collective to broadcast it would cost more); otherwise it
+  is gathered whole (top-p / min-p alone have no candidate bound; exact). Where XLA decides
+  the split (Auto axes), the handler call stays (XLA gathers the logits for it). Else None."""
   *params, offsets = rest
   k_aval, aval, *param_avals, o_aval = ctx.avals_in
   if not all(is_constant_shape(a.shape) for a in ctx.avals_in):
@@ -841,26 +883,40 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
   j = key_prefix(k_aval.shape, batch)
   if j is None:  # pragma: no cover - the abstract eval rejects it
     return None
-  row_dims = tuple(dims[:-1]) + ((),)
+  names = dims[-1]
+  shards = math.prod(mesh.shape[n] for n in names)
+  candidates = shards > 1 and _dispatch.exchanges_candidates(
+      platform, aval.shape, aval.dtype, shards, k_bound, method)
+  # The blocks: split rows, and the vocab's split where candidates are exchanged (else whole).
+  block_dims = tuple(dims[:-1]) + (names if candidates else (),)
   per_row = tuple(_params.per_row(a.shape, batch) for a in param_avals)
-  plan = _sharding.sample_plan(mesh, row_dims, aval.shape, j, per_row, index_dtype)
+  plan = _sharding.sample_plan(mesh, block_dims, aval.shape, j, per_row, index_dtype)
+  static = dict(index_dtype=index_dtype, method=method, k_bound=k_bound, platform=platform)
+  if candidates:
+    # The candidates carry their global columns: no column offset, and no exchange of the
+    # samples (every vocab shard samples the same candidates).
+    plan = plan._replace(k_names=())
 
-  def block(k, x, ps, o):
-    return _filtered_block(k, x, *ps, o, index_dtype=index_dtype, method=method,
-                           k_bound=k_bound, platform=platform)
+    def block(k, x, ps, o):
+      return _sharding.split_filtered_sample(
+          k, x, ps, o, names, k_bound, functools.partial(_scaled_top_k_block, platform=platform),
+          lambda *a: _filtered_handler(*a, **static))
+  else:
+    def block(k, x, ps, o):
+      return _filtered_block(k, x, *ps, o, **static)
 
   def body(kb, lb, ob, *pbs):
     return _sharding.sample_block(plan, kb, lb, tuple(pbs), ob, block)
 
-  x_spec = _sharding.pspec(row_dims)
+  x_spec = _sharding.pspec(block_dims)
   fn = jax.shard_map(body, mesh=mesh,
                      in_specs=(plan.key_spec, x_spec, P(), *plan.param_specs),
                      out_specs=[plan.out_spec, plan.out_spec],
-                     axis_names=_sharding.manual_axes(mesh, row_dims))
+                     axis_names=_sharding.manual_axes(mesh, block_dims))
 
   def partitioned(k, x, *ps_o):
     *ps, o = ps_o
-    if dims[-1]:
+    if names and not candidates:
       x = jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, x_spec))
     return fn(_sharding.reshard(k, k_aval, mesh, plan.key_spec), x,
               _sharding.reshard(o, o_aval, mesh, P()),

@@ -460,22 +460,59 @@ def merge_top_k(values, indices, k: int):
   return value, lax.slice_in_dim(index, 0, k, axis=axis)
 
 
-def split_top_k(x, names, k: int, local_top_k):
-  """top_k of the whole axis from ``x``, this device's block of a last axis split over mesh
-  axes ``names`` (shard ``s`` holds global columns ``[s * width, (s + 1) * width)``):
-  ``local_top_k(x, kk)`` gives the block's ``kk = min(k, width)`` first (values, local
-  indices); the ``[..., shards, kk]`` candidates are exchanged once (values as bits), made
-  global and merged (:func:`merge_top_k`). Returns ``(values, indices)`` ``[..., k]``, the same
-  on every device of the group (typed invariant along ``names``)."""
-  width = x.shape[-1]
-  values, local = local_top_k(x, min(k, width))
+def gather_candidates(values, local, width: int, names):
+  """Every shard's ``[..., kk]`` candidates (``values`` with ``local`` indices into this
+  device's ``width`` columns of an axis split over mesh axes ``names``), exchanged once (two
+  all-gathers, values as bits: exact) and concatenated in shard order: ``[..., shards * kk]``
+  values and global indices (shard ``s`` holds global columns ``[s * width, (s + 1) *
+  width)``), the same on every device of the group (typed invariant along ``names``)."""
   bits = lax.bitcast_convert_type(values, _BITS[values.dtype.itemsize])
   bits, local = _all_gather_invariant((bits, local), names, axis=values.ndim - 1)
   shard = lax.broadcasted_iota(local.dtype, local.shape, local.ndim - 2)
   global_index = local + shard * np.asarray(width, local.dtype)
   flat = (*local.shape[:-2], local.shape[-2] * local.shape[-1])
   values = lax.bitcast_convert_type(bits, values.dtype).reshape(flat)
-  return merge_top_k(values, global_index.reshape(flat), k)
+  return values, global_index.reshape(flat)
+
+
+def split_top_k(x, names, k: int, local_top_k):
+  """top_k of the whole axis from ``x``, this device's block of a last axis split over mesh
+  axes ``names``: ``local_top_k(x, kk)`` gives the block's ``kk = min(k, width)`` first
+  (values, local indices); the ``[..., shards, kk]`` candidates are exchanged once and made
+  global (:func:`gather_candidates`), then merged (:func:`merge_top_k`). Returns ``(values,
+  indices)`` ``[..., k]``, the same on every device of the group (typed invariant along
+  ``names``)."""
+  width = x.shape[-1]
+  values, local = local_top_k(x, min(k, width))
+  return merge_top_k(*gather_candidates(values, local, width, names), k)
+
+
+def split_filtered_sample(keys, logits, params, offsets, names, k_bound: int, candidates,
+                          sample):
+  """The filtered sampler (SPEC §1f) on this device's block of a vocabulary split over mesh
+  axes ``names``, for rows whose top_k is in [1, ``k_bound``] (``k_bound`` < the block's
+  width), without gathering the logits: ``[noisy_max, indices]`` of the block's rows, the
+  global sample, the same on every device of the group.
+
+  Every filter keeps a prefix of the row's z order (z = logits * (1/T); NaN first, larger
+  first, ties to the lower column), and top-k keeps at most ``k_bound`` tokens, so the kept
+  set lies among the ``k_bound`` first tokens of each shard in that order.
+  ``candidates(logits, temperature, k_bound)`` gives them (the logits' values and local
+  columns, in z order); the ``[rows, shards, k_bound]`` candidates are exchanged once
+  (:func:`gather_candidates`: shard order, global columns) and
+  ``sample(keys, values, *params, offsets, columns)`` (the filtered sampler's handler with
+  its columns operand) samples the candidate row. On it, the z order breaks ties by position,
+  which is the global column order among equal z: the shards are concatenated in column order,
+  and within a shard equal z are in column order; ties of the noisy key are broken by the
+  global column (the handler's index). The noise is drawn after the exchange, from each
+  candidate's global column (and the block's row counters, ``offsets``): the candidates carry
+  logits, not noise, so the exchange is no larger, the candidate stage needs no key, and a
+  candidate's noise is exactly the unsharded call's; the sample is the unsharded one, bit for
+  bit."""
+  width = logits.shape[-1]
+  values, local = candidates(logits, params[0], k_bound)
+  values, columns = gather_candidates(values, local, width, names)
+  return sample(keys, values, *params, offsets, columns)
 
 
 def flat_reduce(x, reduce_last, *, is_min: bool, with_value: bool, index_dtype):

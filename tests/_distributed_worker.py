@@ -5,11 +5,13 @@ over gloo), builds logits on a global mesh that splits the vocabulary over every
 devices, and checks argmax, max_with_index, top_k and categorical (unfiltered and filtered)
 against numpy (top_k against reference.top_k: values bit for bit; categorical against the
 unsharded sample, which a vocab split must not change, and for filters the reference's kept
-set). Prints "OK <id>" on success; any mismatch raises (exit code 1).
+set; with a top-k bound, the compiled program exchanges only the shards' candidates, never the
+logits). Prints "OK <id>" on success; any mismatch raises (exit code 1).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import jax
@@ -53,6 +55,13 @@ def gathered(out):
   return np.asarray(multihost_utils.process_allgather(out, tiled=True))
 
 
+def all_gather_sizes(fn, *args):
+  """The element count of every all-gather's result in the compiled program of ``fn``."""
+  text = jax.jit(fn).lower(*args).compile().as_text()
+  return [int(np.prod([int(d) for d in m.group(1).split(",") if d]))
+          for m in re.finditer(r"\[([0-9,]*)\][^=\n]*all-gather(?:-start)?\(", text)]
+
+
 for dtype in (np.float32, jnp.bfloat16):
   host = x.astype(dtype)
   gx = global_array(host)
@@ -88,14 +97,25 @@ for dtype in (np.float32, jnp.bfloat16):
 
   # Filtered sampling (SPEC §1f) on the vocab-split logits: the unsharded sample, inside the
   # kept set of the numpy reference.
-  for filters in (dict(top_k=40, top_p=0.9), dict(top_p=0.5), dict(min_p=0.2)):
+  # With a top-k bound (k_bound: 64, 16) each shard's k_bound first tokens in the z order are
+  # exchanged across the processes with their global columns, never the logits.
+  per_row = dict(top_k=np.array([1, 16, 3, 7, 12, 5], np.int32), top_k_bound=16,
+                 top_p=np.array([1.0, 0.5, 0.9, 1.0, 0.8, 0.3], np.float32),
+                 min_p=np.array([0.0, 0.0, 0.1, 0.02, 0.0, 0.0], np.float32))
+  for filters, k_bound in ((dict(top_k=40, top_p=0.9), 64), (dict(top_p=0.5), None),
+                           (dict(min_p=0.2), None), (per_row, 16)):
     sample = lambda a: ar.categorical(jax.random.key(9), a, temperature=0.8, **filters)
     sharded = gathered(jax.jit(sample)(gx))
     local = np.asarray(jax.jit(sample)(jax.device_put(host, jax.local_devices()[0])))
     np.testing.assert_array_equal(sharded, local, err_msg=str(filters))
-    ref = dict(k=filters.get("top_k"), p=filters.get("top_p"), min_p=filters.get("min_p"))
     for r in range(ROWS):
+      ref = {name: None if filters.get(key) is None else np.ravel(filters[key])[
+          r if np.ndim(filters[key]) else 0] for name, key in
+          (("k", "top_k"), ("p", "top_p"), ("min_p", "min_p"))}
       assert reference.filtered_kept(host[r], 0.8, **ref)[sharded[r]], (filters, r)
+    if k_bound is not None:
+      sizes = all_gather_sizes(sample, gx)
+      assert sizes == [ROWS * jax.device_count() * k_bound] * 2, sizes
 
 print(f"OK {process_id}", flush=True)
 jax.distributed.shutdown()

@@ -948,7 +948,8 @@ def test_partition_rule_does_not_rebind(op, monkeypatch):
 
 # ---------------------------------------------------------------------------------------------
 # Filtered sampling (SPEC §1f): rows split sample where they are, with their global counters
-# (no collective); a split vocabulary is gathered for the call (exact, not yet per shard).
+# (no collective); a split vocabulary exchanges each shard's candidates where the call has a
+# top-k bound below the shard width (the tests after these), else it is gathered for the call.
 
 FILTERED = [dict(top_k=7), dict(top_p=0.6), dict(min_p=0.2, top_p=0.9),
             dict(top_k=np.arange(1, ROWS + 1), top_p=np.linspace(0.3, 1.0, ROWS, dtype=np.float32))]
@@ -983,3 +984,173 @@ def test_filtered_batch_dims(case, spec, pairs, keys):
   want = np.asarray(f(key, x))
   xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
   np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+
+
+# A split vocabulary with a top-k bound kb (a concrete top_k: its largest value rounded up to a
+# power of two; or top_k_bound=): each shard's kb first tokens in the z order (z = logits *
+# (1/T), ties to the lower column) are exchanged with their global columns, never the logits,
+# and the sampler runs on them (_sharding.split_filtered_sample): the unsharded sample, bit for
+# bit.
+
+SPLIT_COLS = 4 * 1000
+SPLIT_T = np.array([1.0, 1.0, 1.0, 0.7, 0.7, 0.0, 2.0, 0.05], np.float32)  # row 5: T == 0
+
+
+def split_rows(dtype="float32", cols=SPLIT_COLS):
+  """[8, cols] logits with what a candidate exchange must keep exact (4 vocab shards of w)."""
+  w = cols // 4
+  x = 2.0 * randn((ROWS, cols), seed=21)
+  x[0, [2 * w + 1, 3 * w + 2]] = np.nan         # the first NaN, in shard 2, wins
+  x[1, :] = -np.inf                             # three finite tokens, in shards 0, 1 and 3
+  x[1, [5, w + 3, 3 * w]] = 0.0
+  x[2, :] = -np.inf                             # all -inf: index 0
+  x[3, [w - 2, w - 1, w, w + 1, 3 * w]] = 9.0   # equal tops straddling shards 0/1 (and 3)
+  # Adjacent floats in [1.5, 2): z = x * (1/0.7) rounds some of them together (ties in z that
+  # the logits do not have, broken by column); bfloat16 keeps fewer, all tied.
+  x[4] = (np.uint32(0x3FC00000) + np.arange(cols, dtype=np.uint32) % 64).view(np.float32)
+  x[5, [w - 1, 2 * w]] = 40.0                   # T == 0: the argmax, tied across shards 1/2
+  x[7, 3 * w:] += 4.0                           # T = 0.05: the mass in shard 3
+  return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+
+SPLIT_FILTERS = [  # (kw, kb: the static bound _params.k_bound gives)
+    (dict(top_k=7), 8),
+    (dict(top_k=3, top_p=0.8), 4),
+    (dict(top_k=np.array([1, 2, 3, 5, 8, 13, 21, 34], np.int32),
+          top_p=np.linspace(0.3, 1.0, ROWS, dtype=np.float32),
+          min_p=np.array([0.0, 0.1, 0.0, 0.01, 0.0, 0.2, 0.05, 0.0], np.float32)), 64),
+    (dict(top_k=np.array([4, 1, 9, 3, 2, 7, 30, 5], np.int32), top_k_bound=32), 32),
+    (dict(top_k=50, min_p=0.05), 64),
+]
+
+SPLIT_CASES = [  # id, mesh, spec, rows per block, vocab shards
+    pytest.param("1d", P(None, "d"), ROWS, N, id="vocab"),
+    pytest.param("2", P(None, "d"), ROWS, 2, id="vocab_2"),
+    pytest.param("2d", P("a", "b"), ROWS // 2, 2, id="rows_a_vocab_b", marks=needs4),
+    pytest.param("2d", P(None, ("a", "b")), ROWS, 4, id="vocab_ab", marks=needs4),
+    pytest.param("2d", P(None, "a"), ROWS, 2, id="vocab_a", marks=needs4),
+]
+
+
+def _split_mesh(kind):
+  if kind == "2":
+    return jax.make_mesh((2,), ("d",), axis_types=(AxisType.Explicit,),
+                         devices=jax.devices()[:2])
+  return _mesh(kind)
+
+
+def assert_sample_candidates(compiled, rows, shards, kb):
+  """The one exchange of the sampler's candidates (as top_k's, assert_candidates_only): the
+  values' bits and the global columns, each exactly [rows, shards, kb]; no gather of the
+  logits ([rows, width] or more)."""
+  assert_candidates_only(compiled, rows, shards, kb)
+  operands = [size for _, sizes in collectives(compiled.as_text()) for size in sizes]
+  assert operands == [rows * shards * kb] * 2, operands
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kw,kb", SPLIT_FILTERS, ids=["k", "k_p", "per_row", "bound", "k_min_p"])
+@pytest.mark.parametrize("mesh,spec,rows,shards", SPLIT_CASES)
+def test_filtered_vocab_split_exchanges_candidates(mesh, spec, rows, shards, kw, kb, dtype):
+  x = split_rows(dtype)
+  key = jax.random.key(13)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=SPLIT_T, **kw))
+  want = np.asarray(f(key, x))
+  w = SPLIT_COLS // 4
+  assert want[0] == 2 * w + 1 and want[2] == 0 and want[5] == w - 1, want
+  assert want[1] in (5, w + 3, 3 * w), want
+  xs = jax.device_put(x, NamedSharding(_split_mesh(mesh), spec))
+  np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+  compiled = f.lower(key, xs).compile()
+  assert_handler_called(compiled)
+  assert_sample_candidates(compiled, rows, shards, kb)
+
+
+@pytest.mark.parametrize("keys", ["shared", "per_row"])
+def test_filtered_vocab_split_batch_dims_and_runs(keys):
+  """Batch dimensions, and blocks whose rows are not consecutive counters (seq split: one
+  sampler call per run, sample_block), with candidates exchanged inside each run."""
+  if jax.device_count() < 4:
+    pytest.skip("a 2x2 mesh needs 4 devices")
+  x = 2.0 * randn((4, 8, 1000), seed=13)
+  key = jax.random.key(11)
+  key = jax.random.split(key, (4, 8)) if keys == "per_row" else key
+  t = np.linspace(0.0, 1.5, 32, dtype=np.float32).reshape(4, 8)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t, top_k=20, top_p=0.9))
+  want = np.asarray(f(key, x))
+  for spec in (P("a", None, "b"), P(None, "a", "b")):
+    xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
+    np.testing.assert_array_equal(np.asarray(f(key, xs)), want, err_msg=str(spec))
+    text = f.lower(key, xs).compile().as_text()
+    assert all(op == "all-gather" and max(sizes) <= 32 * 2 * 32
+               for op, sizes in collectives(text)), collectives(text)
+
+
+@pytest.mark.parametrize("top_k,gathered", [(5, False), (20, True), (64, True)])
+def test_filtered_vocab_split_k_above_width(top_k, gathered):
+  """kb at or above the shard width w (here 16): the candidates would be every logit of the
+  shard and its column, more than the logits, so the vocab is gathered (the same sample);
+  below it, candidates."""
+  x = split_rows(cols=64)
+  key = jax.random.key(2)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=SPLIT_T, top_k=top_k, top_p=0.95))
+  want = np.asarray(f(key, x))
+  xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
+  np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+  compiled = f.lower(key, xs).compile()
+  if gathered:
+    assert any(max(sizes) >= ROWS * 64 // N for _, sizes in collectives(compiled.as_text()))
+  else:
+    assert_sample_candidates(compiled, ROWS, N, 8)
+
+
+def test_filtered_vocab_split_ties_by_global_column():
+  """Ties on the candidate row must go to the lower global column: (1) equal z straddling shard
+  boundaries at the k-th place (ordered by local column instead, shard 1's and 3's first
+  tokens would come first: kept {w, w + 1, 3w} instead of {w - 2, w - 1, w}); (2) equal noisy
+  keys of tokens of different z (2^24 and the next float32, 2 apart, whose y = z + G round
+  together for about a fifth of the keys), where the candidate row's order (z first) and the
+  column order disagree: such a tie goes to the lower column, 5. Many keys, one per row: each
+  sample equals the unsharded one."""
+  w = SPLIT_COLS // 4
+  x = np.full((64, SPLIT_COLS), -np.inf, np.float32)
+  x[:32, [w - 2, w - 1, w, w + 1, 3 * w]] = 9.0
+  x[:32, 7] = 1.0
+  x[32:, 5] = 2.0**24                              # shard 0: the lower column
+  x[32:, 2 * w + 3] = 2.0**24 + 2                  # shard 2: the larger z
+  keys = jax.random.split(jax.random.key(4), 64)
+  top_k = np.array([3] * 32 + [2] * 32, np.int32)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, top_k=top_k))
+  want = np.asarray(f(keys, x))
+  assert set(want[:32]) == {w - 2, w - 1, w}, want[:32]
+  assert set(want[32:]) == {5, 2 * w + 3}, want[32:]
+  xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
+  np.testing.assert_array_equal(np.asarray(f(keys, xs)), want)
+
+
+def test_filtered_handler_columns_operand():
+  """The handler's columns operand: a row given in another order with each element's column
+  samples what the row samples (noise from the column, the column returned, noisy-key ties to
+  the lower column), where its z has no ties (position breaks those)."""
+  from jax_argreduce import _primitives
+  rng = np.random.default_rng(3)
+  rows, cols = 6, 300
+  x = rng.permutation(rows * cols).reshape(rows, cols).astype(np.float32) / 100.0
+  perm = np.stack([rng.permutation(cols) for _ in range(rows)]).astype(np.int32)
+  shuffled = np.take_along_axis(x, perm, axis=-1)
+  t = np.array([1.0, 0.5, 2.0, 0.0, 1.0, 3.0], np.float32)
+  top_k = np.array([1, 5, 40, 7, 299, 100], np.int32)
+  top_p = np.array([1.0, 0.9, 0.5, 1.0, 0.99, 0.7], np.float32)
+  min_p = np.array([0.0, 0.0, 0.01, 0.0, 0.0, 0.1], np.float32)
+  key = jax.random.key_data(jax.random.key(8)).reshape(1, 2)
+
+  def sample(v, columns):
+    return _primitives._filtered_handler(
+        key, v, t, top_k, top_p, min_p, _primitives.NO_OFFSETS, columns, index_dtype=np.int32,
+        method="auto", k_bound=512, platform="cpu")
+
+  want = jax.jit(lambda v: sample(v, _primitives.NO_COLUMNS))(x)
+  got = jax.jit(sample)(shuffled, perm)
+  np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+  np.testing.assert_array_equal(np.asarray(got[0]).view(np.uint32),
+                                np.asarray(want[0]).view(np.uint32))

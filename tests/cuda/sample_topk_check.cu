@@ -15,6 +15,12 @@
 // key per row; with and without (row, column) offsets; int32 and int64 indices; with and
 // without programmatic dependent launch.
 //
+// The split vocabulary (jax_argreduce/_sharding.py, split_filtered_sample), where k_bound is
+// below a quarter of the row: 4 shards of the row each give their k_bound first tokens in z's
+// order (LaunchScaledTopK, no key), concatenated in shard order with their global columns; the
+// top-k path on that candidate row with its columns operand must give the unsharded row's
+// sample (the reference above), and so must the CPU's SampleRow with the same columns.
+//
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi -I tests/cuda tests/cuda/sample_topk_check.cu
 //        ffi/sample_topk_kernels.cu ffi/top_k_kernels.cu ffi/launch_plan.cc -o sample_topk_check
@@ -46,6 +52,8 @@ using namespace jax_argreduce;
 #include "select_rows.h"  // Encode, SpecOf, FillRow, kKinds
 
 namespace {
+
+constexpr int64_t kShards = 4;  // the split vocabulary's
 
 // Kinds beyond select_rows.h's (kKinds of them): kKinds + 0 .. kExtraKinds - 1.
 constexpr int kExtraKinds = 4;
@@ -228,16 +236,19 @@ void RunTyped(const Case& c, const Mode& m, std::mt19937_64& rng) {
   std::vector<uint32_t> got_max(c.rows);
   CHECK(cudaMemcpy(got_index.data(), d_indices, index_bytes, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(got_max.data(), d_max, c.rows * 4, cudaMemcpyDeviceToHost));
+  const auto index_at = [&](int64_t r) {
+    if (m.index_is_int64) {
+      int64_t g64;
+      std::memcpy(&g64, &got_index[r * 8], 8);
+      return g64;
+    }
+    int32_t g32;
+    std::memcpy(&g32, &got_index[r * 4], 4);
+    return static_cast<int64_t>(g32);
+  };
   int bad = 0;
   for (int64_t r = 0; r < c.rows; ++r) {
-    int64_t got = 0;
-    if (m.index_is_int64) {
-      std::memcpy(&got, &got_index[r * 8], 8);
-    } else {
-      int32_t g32;
-      std::memcpy(&g32, &got_index[r * 4], 4);
-      got = g32;
-    }
+    const int64_t got = index_at(r);
     if (got != want_index[r] || got_max[r] != want_max[r]) {
       if (bad < 3) {
         const int64_t pr = m.per_row_params ? r : 0;
@@ -250,15 +261,119 @@ void RunTyped(const Case& c, const Mode& m, std::mt19937_64& rng) {
       ++bad;
     }
   }
+  // The split vocabulary: stage 1 per shard, the candidates as one row each, stage 2.
+  int split_bad = -1;  // not run
+  const int64_t w = c.cols / kShards;
+  if (c.cols % kShards == 0 && c.k_bound < w) {
+    split_bad = 0;
+    const int64_t kb = c.k_bound, n = kShards * kb;
+    std::vector<Bits> cand(c.rows * n);
+    std::vector<int32_t> cand_col(c.rows * n);
+    uint8_t *d_block, *d_vals, *d_ws1;
+    int32_t* d_idx;
+    const size_t ws1 = WorkspaceBytes("top_k", c.rows, w, kb, width);
+    CHECK(cudaMalloc(&d_block, c.rows * w * sizeof(Bits)));
+    CHECK(cudaMalloc(&d_vals, c.rows * kb * sizeof(Bits)));
+    CHECK(cudaMalloc(&d_idx, c.rows * kb * 4));
+    CHECK(cudaMalloc(&d_ws1, ws1));
+    std::vector<Bits> block(c.rows * w), vals(c.rows * kb);
+    std::vector<int32_t> idx(c.rows * kb);
+    for (int64_t sh = 0; sh < kShards; ++sh) {
+      for (int64_t r = 0; r < c.rows; ++r) {
+        std::memcpy(&block[r * w], &x[c.offset + r * c.cols + sh * w], w * sizeof(Bits));
+      }
+      CHECK(cudaMemcpy(d_block, block.data(), block.size() * sizeof(Bits),
+                       cudaMemcpyHostToDevice));
+      CHECK(cudaMemsetAsync(d_vals, 0xFF, c.rows * kb * sizeof(Bits), stream));
+      CHECK(cudaMemsetAsync(d_ws1, 0xAB, ws1, stream));
+      ScaledTopKLaunch stage1;
+      stage1.select.stream = stream;
+      stage1.select.device = launch.device;
+      stage1.select.options.pdl = m.pdl;
+      stage1.select.format = F;
+      stage1.select.x = d_block;
+      stage1.select.rows = c.rows;
+      stage1.select.cols = w;
+      stage1.select.k = kb;
+      stage1.select.values = d_vals;
+      stage1.select.indices = d_idx;
+      stage1.select.workspace = d_ws1;
+      stage1.select.workspace_bytes = ws1;
+      stage1.temperature = launch.temperature;
+      CHECK(LaunchScaledTopK(stage1));
+      CHECK(cudaStreamSynchronize(stream));
+      CHECK(cudaMemcpy(vals.data(), d_vals, vals.size() * sizeof(Bits), cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(idx.data(), d_idx, idx.size() * 4, cudaMemcpyDeviceToHost));
+      for (int64_t r = 0; r < c.rows; ++r) {
+        for (int64_t i = 0; i < kb; ++i) {
+          cand[r * n + sh * kb + i] = vals[r * kb + i];
+          cand_col[r * n + sh * kb + i] = idx[r * kb + i] + static_cast<int32_t>(sh * w);
+        }
+      }
+    }
+    uint8_t *d_cand, *d_ws2;
+    int32_t* d_cand_col;
+    const size_t ws2 = SampleTopKWorkspaceBytes(c.rows, n, kb, width);
+    CHECK(cudaMalloc(&d_cand, cand.size() * sizeof(Bits)));
+    CHECK(cudaMalloc(&d_cand_col, cand_col.size() * 4));
+    CHECK(cudaMalloc(&d_ws2, ws2));
+    CHECK(cudaMemcpy(d_cand, cand.data(), cand.size() * sizeof(Bits), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d_cand_col, cand_col.data(), cand_col.size() * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemsetAsync(d_indices, 0xFF, index_bytes, stream));
+    CHECK(cudaMemsetAsync(d_max, 0xFF, c.rows * 4, stream));
+    CHECK(cudaMemsetAsync(d_ws2, 0xAB, ws2, stream));
+    SampleTopKLaunch stage2 = launch;
+    stage2.logits = d_cand;
+    stage2.cols = n;
+    stage2.workspace = d_ws2;
+    stage2.workspace_bytes = ws2;
+    stage2.columns = d_cand_col;
+    CHECK(LaunchSampleTopK(stage2));
+    CHECK(cudaStreamSynchronize(stream));
+    CHECK(cudaMemcpy(got_index.data(), d_indices, index_bytes, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(got_max.data(), d_max, c.rows * 4, cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const int64_t got = index_at(r);
+      // The CPU on the same candidates and columns.
+      const int64_t pr = m.per_row_params ? r : 0;
+      RowFilters filters;
+      filters.k = top_k[pr];
+      filters.p = top_p[pr];
+      filters.min_p = min_p[pr];
+      const auto cpu = FilteredSamplerCpu<F>::SampleRow(&cand[r * n], n, policy.ForRow(r),
+                                                        filters, scratch, &cand_col[r * n]);
+      int64_t cpu_index = 0;
+      uint32_t cpu_max = 0;
+      const NoisyMaxEpilogue cpu_out{&cpu_index, true, &cpu_max};
+      cpu_out(0, cpu, &cand[r * n]);
+      if (got != want_index[r] || got_max[r] != want_max[r] || cpu_index != want_index[r] ||
+          cpu_max != want_max[r]) {
+        if (split_bad < 3) {
+          std::printf("  split row %lld (kind %d, T %g, k %d): got %lld (%#x), cpu %lld (%#x), "
+                      "want %lld (%#x)\n",
+                      static_cast<long long>(r), kind[r], temp[pr], top_k[pr],
+                      static_cast<long long>(got), got_max[r],
+                      static_cast<long long>(cpu_index), cpu_max,
+                      static_cast<long long>(want_index[r]), want_max[r]);
+        }
+        ++split_bad;
+      }
+    }
+    for (void* p : std::initializer_list<void*>{d_block, d_vals, d_idx, d_ws1, d_cand,
+                                                d_cand_col, d_ws2}) {
+      CHECK(cudaFree(p));
+    }
+  }
+  bad += split_bad > 0 ? split_bad : 0;
   ++cases_run;
   mismatches += bad > 0;
   const SampleTopKLayout layout = PlanSampleTopK(c.rows, c.cols, c.k_bound, width);
   std::printf("%s format %d %lldx%lld k_bound=%lld offset %d levels %d | per-row params %d "
-              "keys %lld offsets %d int64 %d pdl %d mix %d%s\n",
+              "keys %lld offsets %d int64 %d pdl %d mix %d split %d%s\n",
               bad ? "MISMATCH" : "ok", static_cast<int>(F), static_cast<long long>(c.rows),
               static_cast<long long>(c.cols), static_cast<long long>(c.k_bound), c.offset,
               layout.select.levels, m.per_row_params, static_cast<long long>(num_keys),
-              m.offsets, m.index_is_int64, m.pdl, m.mix,
+              m.offsets, m.index_is_int64, m.pdl, m.mix, split_bad >= 0,
               bad ? (" (" + std::to_string(bad) + " rows)").c_str() : "");
   CHECK(cudaStreamDestroy(stream));
   for (void* p : std::initializer_list<void*>{d_x, d_ws, d_indices, d_max, d_keys, d_temp, d_p,

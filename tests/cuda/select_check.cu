@@ -8,10 +8,14 @@
 // replayed. Outputs and the workspace are poisoned before every launch; values are compared
 // bit for bit and indices with a reference written here (decoded floats sorted by (NaN first,
 // value descending, -0 == +0, index ascending)), not the kernels' radix keys.
+// The split vocabulary's candidates (sample_topk_kernels.h, LaunchScaledTopK: the same select
+// ranked by the sampler's z = x * (1/T) of each row) are checked the same way against z
+// computed here in float32 (T == 0, or 1/T overflowing: x itself), with one temperature per
+// row or one for all, from mixes with T = 0, tiny and huge T and T that makes distinct x tie.
 //
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi tests/cuda/select_check.cu ffi/top_k_kernels.cu
-//        ffi/launch_plan.cc -o select_check
+//        ffi/sample_topk_kernels.cu ffi/launch_plan.cc -o select_check
 // Run: select_check [--pdl=0|1] [--quick]
 //      select_check --time (no checks: the median of 30 launches, by CUDA events, of the
 //      benchmark shapes; for comparing builds of the kernels on one GPU)
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "launch_plan.h"
+#include "sample_topk_kernels.h"
 #include "top_k_kernels.h"
 
 using namespace jax_argreduce;
@@ -42,15 +47,30 @@ using namespace jax_argreduce;
 
 namespace {
 
-// The reference: columns of the k first elements (NaN first, value descending, -0 == +0,
-// index ascending).
-std::vector<int32_t> Reference(Format f, const uint32_t* row, int64_t cols, int64_t k) {
+// The temperatures of the scaled cases (a row's: kTemps[(row + shift) % 7]): 0 and 1e-45
+// (1/T overflows) rank by x; 0.7 and 3 make distinct x tie once scaled; 2^127 makes z subnormal.
+const float kTemps[] = {1.0f, 0.7f, 3.0f, 0.0f, 0x1p127f, 1e-45f, 0.05f};
+
+// What a row's elements are ranked by: x decoded exactly, or where `t` is not NaN the
+// sampler's z = x * (1/T) in float32 (±inf stay; T == 0 or 1/T = inf: x).
+double RankValue(Format f, uint32_t bits, float t) {
+  const double x = Decode(f, bits);
+  if (std::isnan(t)) return x;
+  const float inv_t = t == 0.0f ? 0.0f : 1.0f / t;
+  if (t == 0.0f || std::isinf(inv_t) || std::isinf(x)) return x;
+  return static_cast<float>(x) * inv_t;
+}
+
+// The reference: columns of the k first elements by RankValue (NaN first, value descending,
+// -0 == +0, index ascending).
+std::vector<int32_t> Reference(Format f, const uint32_t* row, int64_t cols, int64_t k,
+                               float t) {
   std::vector<int32_t> idx(cols);
   std::iota(idx.begin(), idx.end(), 0);
   std::vector<double> value(cols);
   std::vector<char> nan(cols);
   for (int64_t c = 0; c < cols; ++c) {
-    value[c] = Decode(f, row[c]);
+    value[c] = RankValue(f, row[c], t);
     nan[c] = std::isnan(value[c]);
   }
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
@@ -73,6 +93,7 @@ struct Case {
 struct Buffers {
   uint8_t *x = nullptr, *values = nullptr, *workspace = nullptr;
   int32_t* indices = nullptr;
+  float* temperature = nullptr;
   TopKLaunch launch;
 
   Buffers(const Case& c, const std::vector<uint8_t>& host) {
@@ -82,6 +103,7 @@ struct Buffers {
     CHECK(cudaMalloc(&values, c.rows * c.k * width));
     CHECK(cudaMalloc(&indices, c.rows * c.k * sizeof(int32_t)));
     CHECK(cudaMalloc(&workspace, ws));
+    CHECK(cudaMalloc(&temperature, c.rows * sizeof(float)));
     CHECK(cudaMemcpy(x, host.data(), host.size(), cudaMemcpyHostToDevice));
     launch.format = c.f;
     launch.x = x + c.offset * width;
@@ -99,13 +121,15 @@ struct Buffers {
     CHECK(cudaFree(values));
     CHECK(cudaFree(indices));
     CHECK(cudaFree(workspace));
+    CHECK(cudaFree(temperature));
   }
 };
 
 int cases_run = 0, mismatches = 0;
 std::set<std::string> taken;
 
-void Run(const Case& c, bool pdl, bool graph, std::mt19937_64& rng) {
+// scaled: 0 (top_k), 1 (the scaled select, one temperature per row), 2 (one for all rows).
+void Run(const Case& c, bool pdl, bool graph, std::mt19937_64& rng, int scaled = 0) {
   const size_t width = FormatBytes(c.f);
   const int64_t n = c.rows * c.cols;
   std::vector<uint32_t> bits(n);
@@ -128,6 +152,17 @@ void Run(const Case& c, bool pdl, bool graph, std::mt19937_64& rng) {
   TopKLaunch launch = buf.launch;
   launch.stream = stream;
   launch.options.pdl = pdl;
+  std::vector<float> temps(c.rows, NAN);  // NaN: ranked by x (top_k)
+  const int shift = static_cast<int>(rng() % 7);
+  for (int64_t r = 0; scaled != 0 && r < c.rows; ++r) {
+    temps[r] = kTemps[((scaled == 1 ? r : 0) + shift) % 7];
+  }
+  if (scaled != 0) {
+    CHECK(cudaMemcpy(buf.temperature, temps.data(), c.rows * sizeof(float),
+                     cudaMemcpyHostToDevice));
+  }
+  const ScaledTopKLaunch scaled_launch{launch, RowParam<float>{buf.temperature, scaled == 1}};
+  auto run = [&] { return scaled != 0 ? LaunchScaledTopK(scaled_launch) : LaunchTopK(launch); };
   CHECK(cudaMemsetAsync(d_values, 0xFF, c.rows * c.k * width, stream));
   CHECK(cudaMemsetAsync(d_indices, 0xFF, c.rows * c.k * sizeof(int32_t), stream));
   CHECK(cudaMemsetAsync(buf.workspace, 0xAB, ws_bytes, stream));
@@ -135,7 +170,7 @@ void Run(const Case& c, bool pdl, bool graph, std::mt19937_64& rng) {
     cudaGraph_t g;
     cudaGraphExec_t exec;
     CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    CHECK(LaunchTopK(launch));
+    CHECK(run());
     CHECK(cudaStreamEndCapture(stream, &g));
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     CHECK(cudaGraphLaunch(exec, stream));
@@ -146,7 +181,7 @@ void Run(const Case& c, bool pdl, bool graph, std::mt19937_64& rng) {
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
   } else {
-    CHECK(LaunchTopK(launch));
+    CHECK(run());
   }
   CHECK(cudaStreamSynchronize(stream));
   std::vector<uint8_t> values(c.rows * c.k * width);
@@ -155,7 +190,7 @@ void Run(const Case& c, bool pdl, bool graph, std::mt19937_64& rng) {
   CHECK(cudaMemcpy(indices.data(), d_indices, indices.size() * 4, cudaMemcpyDeviceToHost));
   int bad = 0;
   for (int64_t r = 0; r < c.rows && bad < 3; ++r) {
-    const std::vector<int32_t> want = Reference(c.f, &bits[r * c.cols], c.cols, c.k);
+    const std::vector<int32_t> want = Reference(c.f, &bits[r * c.cols], c.cols, c.k, temps[r]);
     for (int64_t i = 0; i < c.k; ++i) {
       uint32_t got_bits = 0;
       std::memcpy(&got_bits, &values[(r * c.k + i) * width], width);
@@ -172,10 +207,10 @@ void Run(const Case& c, bool pdl, bool graph, std::mt19937_64& rng) {
   }
   ++cases_run;
   mismatches += bad > 0;
-  std::printf("%s format %d %lldx%lld k=%lld offset %d E%d levels %d pdl %d graph %d\n",
+  std::printf("%s format %d %lldx%lld k=%lld offset %d E%d levels %d pdl %d graph %d scaled %d\n",
               bad ? "MISMATCH" : "ok", static_cast<int>(c.f), static_cast<long long>(c.rows),
               static_cast<long long>(c.cols), static_cast<long long>(c.k), c.offset,
-              plan.elements_per_thread, plan.levels, pdl, graph);
+              plan.elements_per_thread, plan.levels, pdl, graph, scaled);
   CHECK(cudaStreamDestroy(stream));
 }
 
@@ -254,6 +289,7 @@ int main(int argc, char** argv) {
       if (pdl_flag >= 0 && pdl != pdl_flag) continue;
       Run(c, pdl != 0, false, rng);
       if (!quick || c.rows * c.cols < 100000) Run(c, pdl != 0, true, rng);
+      Run(c, pdl != 0, false, rng, 1 + pdl);  // the scaled select, per-row and shared T
     }
   }
   std::printf("select_check: %d cases, %d mismatches\n", cases_run, mismatches);
