@@ -489,7 +489,8 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
                                 "split inside shard_map) are not supported yet")
     return _filtered_categorical(key, logits, temperature, *filters, axis=axis,
                                  method=_dispatch.check_method(method),
-                                 k_bound=_params.k_bound(filters[0], top_k_bound, name))
+                                 k_bound=_params.k_bound(filters[0], top_k_bound, name,
+                                                         cols if is_constant_dim(cols) else None))
   return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)
 
 

@@ -130,10 +130,11 @@ def per_row(shape, batch) -> bool:
   return len(batch) > 0 and tuple(shape) == tuple(batch)
 
 
-def k_bound(top_k, bound, op: str) -> int:
+def k_bound(top_k, bound, op: str, cols: int | None = None) -> int:
   """The static bound of a checked ``top_k`` for the primitive (0: none; > 0: every row's
   top_k is in [1, bound], which lets the CUDA handler select that many candidates per row;
-  -1: no row has a top-k, ``top_k`` None or concrete zeros, which lets it spread each row over
+  -1: no row has a top-k, ``top_k`` None or concrete values that keep every token (0, or at
+  least ``cols``, the static vocabulary width where given), which lets it spread each row over
   many blocks).
 
   ``bound`` (the caller's ``top_k_bound``: None or an int >= 1) is taken as given: the rows'
@@ -153,7 +154,7 @@ def k_bound(top_k, bound, op: str) -> int:
   if top_k is None:
     return -1
   host = _concrete(top_k)
-  if host is not None and host.size and not host.any():
+  if host is not None and host.size and np.all((host == 0) | (cols is not None and host >= cols)):
     return -1
   if host is None or host.size == 0 or host.min() < 1:
     return 0

@@ -215,6 +215,9 @@ def test_no_top_k_promise():
   assert "k_bound=-1" in jaxpr(top_p=0.9) and "k_bound=-1" in jaxpr(min_p=0.1)
   assert "k_bound=-1" in jaxpr(top_k=np.zeros(8, np.int32), top_p=0.5)
   assert "k_bound=-1" not in jaxpr(top_k=np.array([0, 1, 0, 0, 0, 0, 0, 0]), top_p=0.5)
+  # Values of at least the width keep every token too.
+  assert "k_bound=-1" in jaxpr(top_k=np.array([0, 100, 0, 500, 0, 0, 0, 0]), top_p=0.5)
+  assert "k_bound=-1" not in jaxpr(top_k=np.array([0, 99, 0, 500, 0, 0, 0, 0]), top_p=0.5)
   traced = jax.make_jaxpr(lambda v, k: jax_argreduce.categorical(key, v, top_k=k, top_p=0.5))
   assert "k_bound=0" in str(traced(x, np.zeros(8, np.int32)))
   # The samples are those of a call that states every row's top_k as "all" explicitly.
