@@ -393,46 +393,29 @@ struct SpreadParams {
   unsigned char* workspace;  // 16-byte aligned
 };
 
+// A block's chunk of a row on the spread path: the workspace's parts of the row, and the row's
+// sampler over the chunk (RowSampler: the same block steps, on columns relative to `begin`).
 template <Format F>
 struct Spread {
   using Sampler = RowSampler<F>;
-  using Policy = typename Sampler::Policy;
-  using Row = typename Policy::Row;
-  using Bits = typename Policy::Bits;
-  using Noise = typename Policy::Noise;
-  using Key = typename Policy::Key;
-  using Pair = ArgPair<Key>;
-  static_assert(sizeof(Pair) == 8 && sizeof(Noise) == 4, "32-bit keys: three levels");
-
-  struct Shared {
-    unsigned long long hist[kBins];
-    uint32_t count[kFilterSpreadLastBins];
-    union {
-      typename cub::BlockScan<uint32_t, kThreads>::TempStorage count;
-      typename cub::BlockScan<unsigned long long, kThreads>::TempStorage mass;
-    } scan;
-    Pair pair;
-    unsigned long long sum;
-    uint32_t digit;
-    unsigned long long above, bin;
-    int64_t col;
-    bool last;
-  };
+  using Pair = typename Sampler::Pair;
+  static_assert(sizeof(Pair) == 8 && Sampler::kKeyBits == 32, "32-bit keys: three levels");
 
   const SpreadParams& sp;
-  Shared& sh;
   int64_t row, chunk_index, begin, end;
-  Row r;
-  const Bits* x;
+  const typename Sampler::Bits* x;  // the row
 
-  __device__ Spread(const SpreadParams& params, Shared& shared, const Policy& policy)
-      : sp(params), sh(shared), row(blockIdx.y), chunk_index(blockIdx.x),
-        r(policy.ForRow(blockIdx.y)) {
+  __device__ Spread(const SpreadParams& params)
+      : sp(params), row(blockIdx.y), chunk_index(blockIdx.x) {
     begin = chunk_index * sp.layout.chunk;
     end = Min(sp.p.cols, begin + sp.layout.chunk);
-    x = static_cast<const Bits*>(sp.p.logits) + row * sp.p.cols;
+    x = static_cast<const typename Sampler::Bits*>(sp.p.logits) + row * sp.p.cols;
   }
 
+  __device__ Sampler ChunkSampler(typename Sampler::Shared& sh,
+                                  const typename Sampler::Row& r) const {
+    return Sampler{sh, x + begin, end - begin, r};
+  }
   __device__ Pair* Pairs(size_t offset) const {
     return reinterpret_cast<Pair*>(sp.workspace + offset) + row * sp.layout.chunks;
   }
@@ -448,83 +431,30 @@ struct Spread {
            (row * sp.layout.chunks + chunk) * kFilterSpreadLastBins;
   }
 
-  __device__ Pair AllBest(Pair v) {
-    v = device::BlockReduce<kThreads>(v, CombinePairs{}, Pair::Identity());
-    if (threadIdx.x == 0) sh.pair = v;
-    __syncthreads();
-    return sh.pair;
-  }
-  __device__ unsigned long long AllSum(unsigned long long v) {
-    v = device::BlockReduce<kThreads>(v, [](unsigned long long a, unsigned long long b) {
-      return a + b;
-    }, 0ull);
-    if (threadIdx.x == 0) sh.sum = v;
-    __syncthreads();
-    return sh.sum;
-  }
-
-  // The best of the chunks' pairs at `offset` (the row's top, or its draw).
-  __device__ Pair RowBest(size_t offset) {
+  // The best of the row's chunk pairs at `offset` (its top, or its draw), in every thread.
+  __device__ Pair RowBest(Sampler& sampler, size_t offset) const {
     const Pair* pairs = Pairs(offset);
     Pair best = Pair::Identity();
     for (int64_t i = threadIdx.x; i < sp.layout.chunks; i += kThreads) best = Combine(best, pairs[i]);
-    return AllBest(best);
-  }
-
-  // As RowSampler::PickDigit, over a histogram in the workspace.
-  template <class Crosses>
-  __device__ void PickDigit(const unsigned long long* in, const Crosses& crosses) {
-    unsigned long long v[kBinsPerThread], through[kBinsPerThread];
-#pragma unroll
-    for (int i = 0; i < kBinsPerThread; ++i) {
-      v[i] = in[kBins - 1 - (threadIdx.x * kBinsPerThread + i)];
-    }
-    cub::BlockScan<unsigned long long, kThreads>(sh.scan.mass).InclusiveSum(v, through);
-#pragma unroll
-    for (int i = 0; i < kBinsPerThread; ++i) {
-      if (crosses(through[i] - v[i], through[i])) {
-        sh.digit = kBins - 1 - (threadIdx.x * kBinsPerThread + i);
-        sh.above = through[i] - v[i];
-        sh.bin = v[i];
-      }
-    }
-    __syncthreads();
-  }
-
-  // The column of the needed-th token of radix key `key` of this chunk in column order
-  // (1 <= needed <= their count), as RowSampler::TieColumn over the chunk.
-  __device__ int64_t ChunkTieColumn(uint64_t key, uint32_t needed) {
-    using Scan = cub::BlockScan<uint32_t, kThreads>;
-    const int64_t part = (end - begin + kThreads - 1) / kThreads;
-    const int64_t from = Min(end, begin + threadIdx.x * part);
-    const int64_t to = Min(end, from + part);
-    auto tied = [&](int64_t c) { return Sampler::SortKey(r.Scaled(x[c])) == key; };
-    uint32_t mine = 0;
-    for (int64_t c = from; c < to; ++c) mine += tied(c) ? 1u : 0u;
-    uint32_t before = 0, total = 0;
-    Scan(sh.scan.count).ExclusiveSum(mine, before, total);
-    if (before < needed && needed <= before + mine) {
-      uint32_t seen = before;
-      for (int64_t c = from; c < to; ++c) {
-        if (tied(c) && ++seen == needed) {
-          sh.col = c;
-          break;
-        }
-      }
-    }
-    __syncthreads();
-    return sh.col;
+    return sampler.AllBest(best);
   }
 };
 
 template <Format F>
+__device__ typename RowSampler<F>::Policy SpreadPolicy(const Params& p) {
+  return {p.keys, p.rows / p.num_keys,
+          static_cast<const typename RowSampler<F>::Noise*>(p.temperature), p.temperature_per_row,
+          p.offsets};
+}
+
+template <Format F>
 __global__ void __launch_bounds__(kThreads) SpreadTopKernel(SpreadParams sp) {
-  using S = Spread<F>;
-  __shared__ typename S::Shared sh;
-  const typename S::Policy policy{sp.p.keys, sp.p.rows / sp.p.num_keys,
-                                  static_cast<const typename S::Noise*>(sp.p.temperature),
-                                  sp.p.temperature_per_row, sp.p.offsets};
-  S s(sp, sh, policy);
+  using Sampler = RowSampler<F>;
+  using Pair = typename Sampler::Pair;
+  __shared__ typename Sampler::Shared sh;
+  const Spread<F> s(sp);
+  const typename Sampler::Row r = SpreadPolicy<F>(sp.p).ForRow(s.row);
+  Sampler sampler = s.ChunkSampler(sh, r);
   // The row's three histograms, zeroed by its chunks in turn, and its done count.
   const int64_t words = 3 * kBins;
   const int64_t share = (words + sp.layout.chunks - 1) / sp.layout.chunks;
@@ -534,121 +464,123 @@ __global__ void __launch_bounds__(kThreads) SpreadTopKernel(SpreadParams sp) {
     hist[i] = 0;
   }
   if (s.chunk_index == 0 && threadIdx.x == 0) s.State().done = 0;
-  typename S::Pair best = S::Pair::Identity();
+  Pair best = Pair::Identity();
   for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
-    const auto key = s.r.greedy ? S::Row::KeyOf(categorical_detail::Widen<F>(s.x[c]))
-                                : S::Row::KeyOf(s.r.Scaled(s.x[c]));
-    best = Combine(best, typename S::Pair{key, static_cast<int32_t>(c)});
+    const auto key = r.greedy ? Sampler::Row::KeyOf(categorical_detail::Widen<F>(s.x[c]))
+                              : Sampler::Row::KeyOf(r.Scaled(s.x[c]));
+    best = Combine(best, Pair{key, static_cast<int32_t>(c)});
   }
-  best = s.AllBest(best);
+  best = sampler.AllBest(best);
   if (threadIdx.x == 0) s.Pairs(sp.layout.top_offset)[s.chunk_index] = best;
 }
 
 template <Format F, int L>
 __global__ void __launch_bounds__(kThreads) SpreadLevelKernel(SpreadParams sp) {
-  using S = Spread<F>;
-  using Noise = typename S::Noise;
-  __shared__ typename S::Shared sh;
-  const typename S::Policy policy{sp.p.keys, sp.p.rows / sp.p.num_keys,
-                                  static_cast<const Noise*>(sp.p.temperature),
-                                  sp.p.temperature_per_row, sp.p.offsets};
-  S s(sp, sh, policy);
+  using Sampler = RowSampler<F>;
+  using Noise = typename Sampler::Noise;
+  __shared__ typename Sampler::Shared sh;
+  __shared__ uint32_t last_counts[L == 2 ? kFilterSpreadLastBins : 1];
+  const Spread<F> s(sp);
+  const typename Sampler::Row r = SpreadPolicy<F>(sp.p).ForRow(s.row);
   const float p = sp.p.top_p[s.row];
-  if (s.r.greedy || !(p < 1.0f)) return;  // uniform across the block: no barrier skipped
-  const typename S::Pair top = s.RowBest(sp.layout.top_offset);
-  const Noise z_max = s.r.Scaled(s.x[top.index]);
+  if (r.greedy || !(p < 1.0f)) return;  // uniform across the block: no barrier skipped
+  Sampler sampler = s.ChunkSampler(sh, r);
+  const Noise z_max = r.Scaled(s.x[s.RowBest(sampler, sp.layout.top_offset).index]);
   if (z_max != z_max || z_max == -Noise(INFINITY)) return;
   SpreadState& state = s.State();
   uint64_t prefix = 0, before = 0;
   if constexpr (L == 1) {
     unsigned long long mine = 0;
     for (int i = threadIdx.x; i < kBins; i += kThreads) mine += s.Hist(0)[i];
-    const uint64_t total = s.AllSum(mine);
+    const uint64_t total = sampler.AllSum(mine);
     const bool top_only = !MassBelow(0, p, total);
     if (s.chunk_index == 0 && threadIdx.x == 0) {
       state.total = total;
       state.top_only = top_only ? 1u : 0u;
     }
     if (top_only) return;
-    s.PickDigit(s.Hist(0), [&](unsigned long long above, unsigned long long through) {
-      return MassBelow(above, p, total) && !MassBelow(through, p, total);
-    });
+    sampler.PickDigit(s.Hist(0), sh.scan.mass,
+                      [&](unsigned long long above, unsigned long long through) {
+                        return MassBelow(above, p, total) && !MassBelow(through, p, total);
+                      });
     prefix = static_cast<uint64_t>(sh.digit) << 21;
     before = sh.above;
-    if (s.chunk_index == 0 && threadIdx.x == 0) {
-      state.prefix[0] = static_cast<uint32_t>(prefix);
-      state.before[0] = before;
-    }
   } else if constexpr (L == 2) {
     if (state.top_only) return;
     const uint64_t total = state.total;
     const uint64_t before0 = state.before[0];
-    s.PickDigit(s.Hist(1), [&](unsigned long long above, unsigned long long through) {
-      return MassBelow(before0 + above, p, total) && !MassBelow(before0 + through, p, total);
-    });
+    sampler.PickDigit(s.Hist(1), sh.scan.mass,
+                      [&](unsigned long long above, unsigned long long through) {
+                        return MassBelow(before0 + above, p, total) &&
+                               !MassBelow(before0 + through, p, total);
+                      });
     prefix = state.prefix[0] | (static_cast<uint64_t>(sh.digit) << 10);
     before = before0 + sh.above;
+  }
+  if constexpr (L >= 1) {
     if (s.chunk_index == 0 && threadIdx.x == 0) {
-      state.prefix[1] = static_cast<uint32_t>(prefix);
-      state.before[1] = before;
+      state.prefix[L - 1] = static_cast<uint32_t>(prefix);
+      state.before[L - 1] = before;
     }
   }
   constexpr int kShift = L == 0 ? 21 : L == 1 ? 10 : 0;
   constexpr int kLow = L == 0 ? 32 : L == 1 ? 21 : 10;
   constexpr uint64_t kMask = L == 2 ? kFilterSpreadLastBins - 1 : kBins - 1;
-  for (int i = threadIdx.x; i < kBins; i += kThreads) sh.hist[i] = 0;
+  for (int i = threadIdx.x; i < kBins; i += kThreads) sh.hist.mass[i] = 0;
   if constexpr (L == 2) {
-    for (int i = threadIdx.x; i < kFilterSpreadLastBins; i += kThreads) sh.count[i] = 0;
+    for (int i = threadIdx.x; i < kFilterSpreadLastBins; i += kThreads) last_counts[i] = 0;
   }
   __syncthreads();
   for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
-    const Noise z = s.r.Scaled(s.x[c]);
-    const uint64_t key = S::Sampler::SortKey(z);
+    const Noise z = r.Scaled(s.x[c]);
+    const uint64_t key = Sampler::SortKey(z);
     if (!SameHigh(key, prefix, kLow)) continue;
     const uint32_t digit = static_cast<uint32_t>((key >> kShift) & kMask);
-    if constexpr (L == 2) atomicAdd(&sh.count[digit], 1u);
+    if constexpr (L == 2) atomicAdd(&last_counts[digit], 1u);
     const uint64_t w = FixedMass(z, z_max);
-    if (w != 0) atomicAdd(&sh.hist[digit], static_cast<unsigned long long>(w));
+    if (w != 0) atomicAdd(&sh.hist.mass[digit], static_cast<unsigned long long>(w));
   }
   __syncthreads();
   unsigned long long* hist = s.Hist(L);
   for (int i = threadIdx.x; i < kBins; i += kThreads) {
-    if (sh.hist[i] != 0) atomicAdd(&hist[i], sh.hist[i]);
+    if (sh.hist.mass[i] != 0) atomicAdd(&hist[i], sh.hist.mass[i]);
   }
   if constexpr (L == 2) {
     uint32_t* counts = s.Counts(s.chunk_index);
-    for (int i = threadIdx.x; i < kFilterSpreadLastBins; i += kThreads) counts[i] = sh.count[i];
+    for (int i = threadIdx.x; i < kFilterSpreadLastBins; i += kThreads) counts[i] = last_counts[i];
   }
 }
 
 template <Format F>
 __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
-  using S = Spread<F>;
-  using Noise = typename S::Noise;
-  using Pair = typename S::Pair;
-  __shared__ typename S::Shared sh;
-  const typename S::Policy policy{sp.p.keys, sp.p.rows / sp.p.num_keys,
-                                  static_cast<const Noise*>(sp.p.temperature),
-                                  sp.p.temperature_per_row, sp.p.offsets};
-  S s(sp, sh, policy);
+  using Sampler = RowSampler<F>;
+  using Noise = typename Sampler::Noise;
+  using Pair = typename Sampler::Pair;
+  __shared__ typename Sampler::Shared sh;
+  __shared__ bool last;
+  const Spread<F> s(sp);
+  const typename Sampler::Row r = SpreadPolicy<F>(sp.p).ForRow(s.row);
+  Sampler sampler = s.ChunkSampler(sh, r);
   const RowFilters f{0, sp.p.top_p[s.row], sp.p.min_p[s.row]};
-  const Pair top = s.RowBest(sp.layout.top_offset);
+  const Pair top = s.RowBest(sampler, sp.layout.top_offset);
   SpreadState& state = s.State();
   Pair best = Pair::Identity();
-  const Noise z_max = s.r.greedy ? Noise(0) : s.r.Scaled(s.x[top.index]);
-  if (!s.r.greedy && !f.Any(sp.p.cols)) {  // categorical's plain draw
+  const Noise z_max = r.greedy ? Noise(0) : r.Scaled(s.x[top.index]);
+  if (!r.greedy && !f.Any(sp.p.cols)) {  // categorical's plain draw
     for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
-      best = Combine(best, Pair{NoisyKey<F>(s.r, s.r.Scaled(s.x[c]), c), static_cast<int32_t>(c)});
+      best = Combine(best, Pair{NoisyKey<F>(r, r.Scaled(s.x[c]), c), static_cast<int32_t>(c)});
     }
-    best = s.AllBest(best);
-  } else if (!s.r.greedy && z_max == z_max && z_max != -Noise(INFINITY) &&
+    best = sampler.AllBest(best);
+  } else if (!r.greedy && z_max == z_max && z_max != -Noise(INFINITY) &&
              !(f.HasTopP() && state.top_only)) {
     Bar bar{0, s.end};  // this chunk's part of the kept prefix: its tokens at or before it
     if (f.HasTopP()) {
       const uint64_t total = state.total, before1 = state.before[1];
-      s.PickDigit(s.Hist(2), [&](unsigned long long above, unsigned long long through) {
-        return MassBelow(before1 + above, f.p, total) && !MassBelow(before1 + through, f.p, total);
-      });
+      sampler.PickDigit(s.Hist(2), sh.scan.mass,
+                        [&](unsigned long long above, unsigned long long through) {
+                          return MassBelow(before1 + above, f.p, total) &&
+                                 !MassBelow(before1 + through, f.p, total);
+                        });
       const uint32_t digit = sh.digit;
       const uint64_t key = state.prefix[1] | digit;
       const uint64_t before = before1 + sh.above, tie_mass = sh.bin;
@@ -659,8 +591,8 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
         n += count;
         if (i < s.chunk_index) earlier += count;
       }
-      n = s.AllSum(n);
-      earlier = s.AllSum(earlier);
+      n = sampler.AllSum(n);
+      earlier = sampler.AllSum(earlier);
       const uint32_t mine = s.Counts(s.chunk_index)[digit];
       // RowSampler::TopPBar's count of kept ties: the j-th (from 0) has before + j * w before it.
       const uint64_t w = tie_mass / n;
@@ -671,35 +603,40 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
         else hi = mid - 1;
       }
       const uint64_t quota = lo <= earlier ? 0 : lo - earlier < mine ? lo - earlier : mine;
-      bar = Bar{key, quota == 0 ? s.begin - 1
-                     : quota == mine ? s.end
-                     : s.ChunkTieColumn(key, static_cast<uint32_t>(quota))};
+      int64_t col = s.end;  // the chunk's last kept tie: all of them
+      if (quota == 0) {
+        col = s.begin - 1;
+      } else if (quota < mine) {
+        col = s.begin + sampler.TieColumn(key, [](int64_t) { return true; },
+                                          [quota](uint32_t) { return static_cast<uint32_t>(quota); });
+      }
+      bar = Bar{key, col};
     }
     const float floor = f.HasMinP() ? MinPFloor(f.min_p) : -INFINITY;
     for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
-      const Noise z = s.r.Scaled(s.x[c]);
-      if (After(bar, S::Sampler::SortKey(z), c)) continue;
+      const Noise z = r.Scaled(s.x[c]);
+      if (After(bar, Sampler::SortKey(z), c)) continue;
       if (f.HasMinP() && !(MassExponent(z, z_max) >= floor)) continue;
-      best = Combine(best, Pair{NoisyKey<F>(s.r, z, c), static_cast<int32_t>(c)});
+      best = Combine(best, Pair{NoisyKey<F>(r, z, c), static_cast<int32_t>(c)});
     }
-    best = s.AllBest(best);
+    best = sampler.AllBest(best);
   }
   // The row's last block combines the chunks' draws (the done count: zeroed by the first pass).
   if (threadIdx.x == 0) {
     s.Pairs(sp.layout.draw_offset)[s.chunk_index] = best;
     __threadfence();
-    sh.last = atomicAdd(&state.done, 1u) == sp.layout.chunks - 1;
+    last = atomicAdd(&state.done, 1u) == sp.layout.chunks - 1;
   }
   __syncthreads();
-  if (!sh.last) return;
+  if (!last) return;
   __threadfence();
-  Pair result = s.RowBest(sp.layout.draw_offset);
+  Pair result = s.RowBest(sampler, sp.layout.draw_offset);
   if (threadIdx.x != 0) return;
-  if (s.r.greedy) {
+  if (r.greedy) {
     result = top;  // T == 0: the argmax pair
-  } else if (result.key == KeyLimits<typename S::Key>::kLowest) {
+  } else if (result.key == KeyLimits<typename Sampler::Key>::kLowest) {
     // Nothing kept (a NaN or -inf top, p keeping the top alone, traced min_p > 1): the top.
-    result = Pair{NoisyKey<F>(s.r, z_max, top.index), top.index};
+    result = Pair{NoisyKey<F>(r, z_max, top.index), top.index};
   }
   sp.p.epilogue(s.row, result, s.x);
 }
