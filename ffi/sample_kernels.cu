@@ -674,14 +674,15 @@ cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& l) {
                       l.offsets,
                       NoisyMaxEpilogue{l.indices, l.index_is_int64, l.noisy_max}};
   const int elem_bytes = FormatBytes(l.format);
-  if (UsesFilterSpread(l.rows, l.k_bound, elem_bytes)) {
-    const FilterSpreadLayout layout = PlanFilterSpread(l.rows, l.cols);
-    // Aligned by hand: WorkspaceBytes gives 16 bytes more than the layout.
-    const uintptr_t start = reinterpret_cast<uintptr_t>(l.workspace);
-    const uintptr_t aligned = (start + 15) / 16 * 16;
-    if (l.workspace == nullptr || l.workspace_bytes < layout.bytes + (aligned - start)) {
-      return cudaErrorInvalidValue;
-    }
+  const FilterSpreadLayout layout =
+      UsesFilterSpread(l.rows, l.k_bound, elem_bytes) ? PlanFilterSpread(l.rows, l.cols)
+                                                      : FilterSpreadLayout{};
+  // Aligned by hand: WorkspaceBytes gives 16 bytes more than the layout. A workspace sized for
+  // another path (a symbolic shape's lowering: the split path's bound) takes the generic kernel.
+  const uintptr_t start = reinterpret_cast<uintptr_t>(l.workspace);
+  const uintptr_t aligned = (start + 15) / 16 * 16;
+  if (layout.bytes != 0 && l.workspace != nullptr &&
+      l.workspace_bytes >= layout.bytes + (aligned - start)) {
     const SpreadParams sp{params, layout, reinterpret_cast<unsigned char*>(aligned)};
     DispatchFormat(l.format, false, [&](auto f, auto) {
       if constexpr (decltype(f)::value != Format::kF64) LaunchSpread<decltype(f)::value>(sp, l.stream);

@@ -36,7 +36,8 @@ struct FilteredSampleLaunch {
   // < 0: a promise that no row has a top-k (top_k is 0 everywhere), which lets calls of 16- and
   // 32-bit formats of up to kFilterSpreadMaxRows rows take the spread path (launch_plan.h:
   // each row over many blocks) in `workspace` (at least PlanFilterSpread(rows, cols).bytes +
-  // 16: aligned by hand); otherwise one block per row, no workspace.
+  // 16: aligned by hand; a smaller one takes the generic path); otherwise one block per row,
+  // no workspace.
   int64_t k_bound = 0;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;

@@ -407,9 +407,8 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
       not range-checked: ``top_k < 0`` keeps all, ``top_p <= 0`` or ``min_p > 1`` keep only the
       top token, a NaN ``top_p``/``min_p`` filters nothing. The CPU and CUDA handlers give the
       same samples. On a GPU, rows whose top_k is known to be in [1, 1024] take the fast path
-      (a select of that many candidates); ``top_p``/``min_p`` without ``top_k`` spread each
-      row over the GPU (16- and 32-bit logits, up to 512 rows); a traced ``top_k`` without
-      ``top_k_bound``, float64 or more rows take an exact but slow kernel (README). ``method="xla"`` sorts each row and uses XLA's ``exp`` and float32 sums:
+      (a select of that many candidates); ``top_p``/``min_p`` without it take an exact but slow
+      kernel (README). ``method="xla"`` sorts each row and uses XLA's ``exp`` and float32 sums:
       the same distribution, other samples, and boundaries (top-p and min-p) may differ.
     top_k_bound: None, or a static int >= 1 promising every row's ``top_k`` is in
       [1, top_k_bound] (values are clipped to that range, traced ones included): lets a

@@ -244,6 +244,22 @@ def xla_partitions(op: str, method: str) -> bool:
   return method != "kernel" and OPS[op].xla_split == "xla"
 
 
+# The CUDA filtered sampler's spread path (top_p/min_p without top_k: each row over many blocks,
+# ffi/sample_kernels.cu) is taken only once its kernels have passed tests/cuda/sample_check.cu
+# on a GPU (bit for bit against the CPU handler); until then such calls run the generic kernel
+# (exact, one block per row). benchmarks/NOTES.md, "Next".
+FILTER_SPREAD = False
+
+
+def filtered_k_bound(platform: str, k_bound: int) -> int:
+  """The ``k_bound`` attribute a filtered sampler handler call gets: the primitive's (> 0:
+  every row's top_k within it; -1: no row has a top-k; 0: no promise), but on CUDA -1 becomes
+  0 while the spread path is off (FILTER_SPREAD)."""
+  if platform == "cuda" and k_bound < 0 and not FILTER_SPREAD:
+    return 0
+  return k_bound
+
+
 def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
                          method: str) -> bool:
   """Whether a filtered sampler call on ``shape`` whose vocabulary is split into ``shards``

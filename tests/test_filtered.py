@@ -228,6 +228,15 @@ def test_no_top_k_promise():
       np.asarray(explicit(x, np.zeros(8, np.int32))))
 
 
+def test_spread_path_gate():
+  """The handler's k_bound: the primitive's, but -1 (the spread path) becomes 0 on CUDA while
+  _dispatch.FILTER_SPREAD is off (its kernels not yet checked on a GPU)."""
+  from jax_argreduce import _dispatch
+  assert _dispatch.filtered_k_bound("cpu", -1) == -1
+  assert _dispatch.filtered_k_bound("cuda", 8) == 8 and _dispatch.filtered_k_bound("cuda", 0) == 0
+  assert _dispatch.filtered_k_bound("cuda", -1) == (-1 if _dispatch.FILTER_SPREAD else 0)
+
+
 def test_spread_workspace_sizes():
   """The CUDA spread path's workspace (k_bound -1; launch_plan.h PlanFilterSpread), a pure
   function of the shape: per row two pair arrays of its chunks, a 64-byte state, three
