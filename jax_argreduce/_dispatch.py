@@ -260,6 +260,12 @@ def filtered_k_bound(platform: str, k_bound: int) -> int:
   return k_bound
 
 
+# CUDA: a split vocabulary's candidate exchange (the z-ranked select and the finish kernel with
+# global columns) runs once those kernels have passed select_check and sample_topk_check on a
+# GPU; until then CUDA calls gather the vocabulary as before (exact). benchmarks/NOTES.md, "Next".
+CANDIDATES_ON_CUDA = False
+
+
 def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
                          method: str) -> bool:
   """Whether a filtered sampler call on ``shape`` whose vocabulary is split into ``shards``
@@ -267,12 +273,13 @@ def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
   than gathering the logits: with a top-k bound below the shard width (at or above it the
   candidates would be every logit of the shard with its column, more than the gather moves),
   where the handler takes the call, and on CUDA where both stages take the top-k kernels
-  (16- and 32-bit formats, ``k_bound`` <= TOP_K_MAX_K)."""
+  (16- and 32-bit formats, ``k_bound`` <= TOP_K_MAX_K) and CANDIDATES_ON_CUDA is on."""
   width = shape[-1] // shards
   if not 0 < k_bound < width or route("filtered_categorical", platform, shape, dtype,
                                       method) != "kernel":
     return False
-  return platform != "cuda" or (np.dtype(dtype).itemsize <= 4 and k_bound <= _ffi.TOP_K_MAX_K)
+  return platform != "cuda" or (CANDIDATES_ON_CUDA and np.dtype(dtype).itemsize <= 4
+                                and k_bound <= _ffi.TOP_K_MAX_K)
 
 
 def flattens_in_two_stages(dtype, ndim: int, explicitly_sharded: bool) -> bool:
