@@ -431,11 +431,23 @@ struct Spread {
            (row * sp.layout.chunks + chunk) * kFilterSpreadLastBins;
   }
 
-  // The best of the row's chunk pairs at `offset` (its top, or its draw), in every thread.
-  __device__ Pair RowBest(Sampler& sampler, size_t offset) const {
+  // The best of the row's chunk pairs at `offset` (its top, or its draw), in every thread. The
+  // draw's pairs are written by this kernel's other blocks: read `fresh` (volatile: from L2,
+  // never a line this SM's L1 cached for another row before they were written).
+  __device__ Pair RowBest(Sampler& sampler, size_t offset, bool fresh = false) const {
     const Pair* pairs = Pairs(offset);
     Pair best = Pair::Identity();
-    for (int64_t i = threadIdx.x; i < sp.layout.chunks; i += kThreads) best = Combine(best, pairs[i]);
+    for (int64_t i = threadIdx.x; i < sp.layout.chunks; i += kThreads) {
+      Pair pair;
+      if (fresh) {
+        const volatile Pair& v = pairs[i];
+        pair.key = v.key;
+        pair.index = v.index;
+      } else {
+        pair = pairs[i];
+      }
+      best = Combine(best, pair);
+    }
     return sampler.AllBest(best);
   }
 };
@@ -630,7 +642,7 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
   __syncthreads();
   if (!last) return;
   __threadfence();
-  Pair result = s.RowBest(sampler, sp.layout.draw_offset);
+  Pair result = s.RowBest(sampler, sp.layout.draw_offset, /*fresh=*/true);
   if (threadIdx.x != 0) return;
   if (r.greedy) {
     result = top;  // T == 0: the argmax pair

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -210,10 +211,19 @@ void Run(const Case& c, std::mt19937_64& rng) {
   // Shared parameters: a filter on most cases (the draw of all tokens is categorical's).
   if (!c.per_row[1] && rng() % 2) k[0] = static_cast<int32_t>(std::min<int64_t>(50, c.cols));
   if (c.spread) {
-    for (int32_t& v : k) v = 0;
-    // Top-p on most rows (the spread path's levels), min-p alone on some.
-    for (float& v : p) v = kPs[1 + rng() % 5];
-    if (c.per_row[2] && !p.empty()) p[0] = 1.0f;
+    // No top-k: top_k values that keep every token (0, cols or more), which the spread path
+    // ignores and the reference reads.
+    for (int32_t& v : k) {
+      const int64_t keep_all[] = {0, c.cols, c.cols + 5};
+      v = static_cast<int32_t>(keep_all[rng() % 3]);
+    }
+    // Top-p on most rows (the spread path's levels); min-p alone or no filter on the others
+    // (p = 1: row 0 and every 7th row, or a shared p drawn from all of kPs).
+    if (c.per_row[2]) {
+      for (size_t i = 0; i < p.size(); ++i) p[i] = i % 7 == 0 ? 1.0f : kPs[1 + rng() % 5];
+    } else {
+      p[0] = kPs[rng() % 6];
+    }
   }
   const std::vector<int32_t> offsets = {static_cast<int32_t>(rng() % 1000),
                                         static_cast<int32_t>(rng() % 100000)};
@@ -272,6 +282,13 @@ void Run(const Case& c, std::mt19937_64& rng) {
     CHECK(cudaMemset(d_workspace, 0xC5, launch.workspace_bytes));
     launch.workspace = static_cast<unsigned char*>(d_workspace) + 8;  // hand-aligned by the launcher
     launch.workspace_bytes -= 8;
+    // Where the spread path takes the call, the workspace holds its layout after the hand
+    // alignment (a short one would fall back to the generic kernel and pass silently).
+    if (UsesFilterSpread(c.rows, -1, width) &&
+        launch.workspace_bytes < PlanFilterSpread(c.rows, c.cols).bytes + 8) {
+      std::printf("spread workspace too small: %zu\n", launch.workspace_bytes);
+      std::exit(2);
+    }
   }
   CHECK(LaunchFilteredSample(launch));
   CHECK(cudaDeviceSynchronize());
@@ -332,7 +349,8 @@ int main(int argc, char** argv) {
   if (!quick) {
     shapes = {{1, 1, 3},      {1, 2, 3},      {3, 7, 4},       {40, 33, 6},
               {16, 1000, 6},  {4, 4097, 4},   {64, 5000, 8},   {200, 2049, 6},
-              {2, 300001, 3}, {8, 202048, 4}, {70000, 3, 2},   {256, 202048, 1}};
+              {2, 300001, 3}, {8, 202048, 4}, {70000, 3, 2},   {256, 202048, 1},
+              {1, 600000, 2}};  // 528 chunks on the spread path: more than a block's threads
   }
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
   for (const Shape& s : shapes) {
