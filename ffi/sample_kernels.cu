@@ -335,6 +335,14 @@ struct RowSampler {
   }
 };
 
+// The call's Gumbel policy (the keys, temperatures and offsets of every row).
+template <Format F>
+__device__ typename RowSampler<F>::Policy PolicyOf(const Params& p) {
+  return {p.keys, p.rows / p.num_keys,
+          static_cast<const typename RowSampler<F>::Noise*>(p.temperature), p.temperature_per_row,
+          p.offsets};
+}
+
 template <Format F>
 __global__ void __launch_bounds__(kThreads) FilteredSampleKernel(Params p) {
   using Sampler = RowSampler<F>;
@@ -453,19 +461,12 @@ struct Spread {
 };
 
 template <Format F>
-__device__ typename RowSampler<F>::Policy SpreadPolicy(const Params& p) {
-  return {p.keys, p.rows / p.num_keys,
-          static_cast<const typename RowSampler<F>::Noise*>(p.temperature), p.temperature_per_row,
-          p.offsets};
-}
-
-template <Format F>
 __global__ void __launch_bounds__(kThreads) SpreadTopKernel(SpreadParams sp) {
   using Sampler = RowSampler<F>;
   using Pair = typename Sampler::Pair;
   __shared__ typename Sampler::Shared sh;
   const Spread<F> s(sp);
-  const typename Sampler::Row r = SpreadPolicy<F>(sp.p).ForRow(s.row);
+  const typename Sampler::Row r = PolicyOf<F>(sp.p).ForRow(s.row);
   Sampler sampler = s.ChunkSampler(sh, r);
   // The row's three histograms, zeroed by its chunks in turn, and its done count.
   const int64_t words = 3 * kBins;
@@ -493,7 +494,7 @@ __global__ void __launch_bounds__(kThreads) SpreadLevelKernel(SpreadParams sp) {
   __shared__ typename Sampler::Shared sh;
   __shared__ uint32_t last_counts[L == 2 ? kFilterSpreadLastBins : 1];
   const Spread<F> s(sp);
-  const typename Sampler::Row r = SpreadPolicy<F>(sp.p).ForRow(s.row);
+  const typename Sampler::Row r = PolicyOf<F>(sp.p).ForRow(s.row);
   const float p = sp.p.top_p[s.row];
   if (r.greedy || !(p < 1.0f)) return;  // uniform across the block: no barrier skipped
   Sampler sampler = s.ChunkSampler(sh, r);
@@ -571,7 +572,7 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
   __shared__ typename Sampler::Shared sh;
   __shared__ bool last;
   const Spread<F> s(sp);
-  const typename Sampler::Row r = SpreadPolicy<F>(sp.p).ForRow(s.row);
+  const typename Sampler::Row r = PolicyOf<F>(sp.p).ForRow(s.row);
   Sampler sampler = s.ChunkSampler(sh, r);
   const RowFilters f{0, sp.p.top_p[s.row], sp.p.min_p[s.row]};
   const Pair top = s.RowBest(sampler, sp.layout.top_offset);

@@ -1,13 +1,16 @@
 // CHECK(call) for the standalone CUDA test programs (kernel_check.cu, gumbel_check.cu, the
 // sampler's launcher check in tests/test_gpu_categorical.py): print the CUDA error and the
-// place, exit with status 2.
+// place, exit with status 2. ToDevice / ToHost: a vector's copy in plain cudaMalloc memory (at
+// least one element, so a pointer is never null) and back.
 #ifndef JAX_ARGREDUCE_TESTS_CUDA_CUDA_CHECK_H_
 #define JAX_ARGREDUCE_TESTS_CUDA_CUDA_CHECK_H_
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #define CHECK(x)                                                                          \
   do {                                                                                    \
@@ -17,5 +20,20 @@
       std::exit(2);                                                                       \
     }                                                                                     \
   } while (0)
+
+template <class T>
+T* ToDevice(const std::vector<T>& h) {
+  T* d = nullptr;
+  CHECK(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)));
+  if (!h.empty()) CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <class T>
+std::vector<T> ToHost(const T* d, size_t n) {
+  std::vector<T> h(n);
+  if (n) CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
 
 #endif  // JAX_ARGREDUCE_TESTS_CUDA_CUDA_CHECK_H_

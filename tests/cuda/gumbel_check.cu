@@ -53,20 +53,6 @@ using gumbel_detail::AsBits;
 using gumbel_detail::AsDouble;
 using gumbel_detail::AsFloat;
 
-template <class T>
-T* ToDevice(const std::vector<T>& h) {
-  T* d = nullptr;
-  CHECK(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)));
-  if (!h.empty()) CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-template <class T>
-std::vector<T> ToHost(const T* d, size_t n) {
-  std::vector<T> h(n);
-  if (n) CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
 // Compares device and host bit patterns; prints the first few mismatches.
 template <class Bits_t, class Describe>
 void Compare(const char* what, const std::vector<Bits_t>& dev, const std::vector<Bits_t>& host,

@@ -143,14 +143,6 @@ struct Case {
   bool spread = false;
 };
 
-template <class T>
-T* ToDevice(const std::vector<T>& h) {
-  T* d = nullptr;
-  CHECK(cudaMalloc(&d, std::max<size_t>(1, h.size()) * sizeof(T)));
-  if (!h.empty()) CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
 // The host reference for rows [begin, end): SampleRow and categorical's noisy-max epilogue.
 template <Format F>
 void Reference(const Case& c, const std::vector<uint8_t>& x, const std::vector<uint32_t>& keys,
