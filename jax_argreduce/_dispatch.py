@@ -244,28 +244,6 @@ def xla_partitions(op: str, method: str) -> bool:
   return method != "kernel" and OPS[op].xla_split == "xla"
 
 
-# The CUDA filtered sampler's spread path (top_p/min_p without top_k: each row over many blocks,
-# ffi/sample_kernels.cu) is taken only once its kernels have passed tests/cuda/sample_check.cu
-# on a GPU (bit for bit against the CPU handler); until then such calls run the generic kernel
-# (exact, one block per row). benchmarks/NOTES.md, "Next".
-FILTER_SPREAD = False
-
-
-def filtered_k_bound(platform: str, k_bound: int) -> int:
-  """The ``k_bound`` attribute a filtered sampler handler call gets: the primitive's (> 0:
-  every row's top_k within it; -1: no row has a top-k; 0: no promise), but on CUDA -1 becomes
-  0 while the spread path is off (FILTER_SPREAD)."""
-  if platform == "cuda" and k_bound < 0 and not FILTER_SPREAD:
-    return 0
-  return k_bound
-
-
-# CUDA: a split vocabulary's candidate exchange (the z-ranked select and the finish kernel with
-# global columns) runs once those kernels have passed select_check and sample_topk_check on a
-# GPU; until then CUDA calls gather the vocabulary as before (exact). benchmarks/NOTES.md, "Next".
-CANDIDATES_ON_CUDA = False
-
-
 def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
                          method: str) -> bool:
   """Whether a filtered sampler call on ``shape`` whose vocabulary is split into ``shards``
@@ -273,13 +251,12 @@ def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
   than gathering the logits: with a top-k bound below the shard width (at or above it the
   candidates would be every logit of the shard with its column, more than the gather moves),
   where the handler takes the call, and on CUDA where both stages take the top-k kernels
-  (16- and 32-bit formats, ``k_bound`` <= TOP_K_MAX_K) and CANDIDATES_ON_CUDA is on."""
+  (16- and 32-bit formats, ``k_bound`` <= TOP_K_MAX_K)."""
   width = shape[-1] // shards
   if not 0 < k_bound < width or route("filtered_categorical", platform, shape, dtype,
                                       method) != "kernel":
     return False
-  return platform != "cuda" or (CANDIDATES_ON_CUDA and np.dtype(dtype).itemsize <= 4
-                                and k_bound <= _ffi.TOP_K_MAX_K)
+  return platform != "cuda" or (np.dtype(dtype).itemsize <= 4 and k_bound <= _ffi.TOP_K_MAX_K)
 
 
 def flattens_in_two_stages(dtype, ndim: int, explicitly_sharded: bool) -> bool:

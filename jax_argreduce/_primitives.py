@@ -830,7 +830,6 @@ def _filtered_handler(keys, logits, temperature, top_k, top_p, min_p, offsets, c
   flat_keys = keys.reshape(math.prod(keys.shape[:-1]), 2)
   flat_params = [p.reshape(math.prod(p.shape)) for p in params]
   workspace = None
-  k_bound = _dispatch.filtered_k_bound(platform, k_bound)
   if platform == "cuda" and is_constant_shape(aval.shape):  # the candidates or histograms
     workspace = _ffi.cuda_workspace_bytes("filtered_categorical", math.prod(aval.shape[:-1]),
                                           aval.shape[-1], k_bound, aval.dtype.itemsize)

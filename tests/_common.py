@@ -126,3 +126,42 @@ def cuda_check_exe(tmp_path, name: str, sources, prebuilt_env: str | None = None
 def needs_cuda_build():
   if not _ffi.HAS_CUDA:
     pytest.skip("jax_argreduce was built without CUDA")
+
+
+def staged_candidates_sample(device, key, x, shards: int, k_bound: int, **filters):
+  """The split vocabulary's candidate exchange (_sharding.split_filtered_sample) composed by
+  hand on one device: the z-ranked candidates of each of ``shards`` equal column blocks
+  (the ``scaled_top_k`` handler), concatenated in shard order with their global columns, then
+  the filtered handler on them with its ``columns`` operand — the stages a vocab-split call
+  runs, without a mesh (so that one GPU runs the CUDA handlers of both stages). Returns the
+  samples (global columns) as numpy."""
+  from jax_argreduce import _api, _params, _primitives
+  platform = "cuda" if device.platform == "gpu" else device.platform
+  temperature = filters.pop("temperature", None)
+
+  def staged(k, v):
+    keys, logits, t, index_dtype = _api._sampler_operands(k, v, temperature, v.ndim - 1,
+                                                          "categorical")
+    params = [_params.operand(p, filters.get(n), logits.shape[:-1], "categorical")
+              for p, n in zip(_params.FILTERS, ("top_k", "top_p", "min_p"))]
+    params[0] = jnp.clip(params[0], 1, k_bound)
+    width = logits.shape[-1] // shards
+    values, columns = [], []
+    for s in range(shards):
+      value, local = _primitives._scaled_top_k_block(
+          logits[..., s * width:(s + 1) * width], t, k_bound, platform=platform)
+      values.append(value)
+      columns.append(local + np.int32(s * width))
+    _, indices = _primitives._filtered_handler(
+        keys, jnp.concatenate(values, -1), t, *params, _primitives.NO_OFFSETS,
+        jnp.concatenate(columns, -1), index_dtype=index_dtype, method="kernel",
+        k_bound=k_bound, platform=platform)
+    return indices
+
+  f = jax.jit(staged)
+  args = jax.device_put((key, x), device)
+  if platform == "cuda":
+    text = f.lower(*args).as_text()
+    assert "jax_argreduce_scaled_top_k_cuda" in text, "the GPU program does not call the select"
+  with jax.default_device(device):
+    return np.asarray(f(*args))

@@ -20,6 +20,7 @@ import pytest
 import jax_argreduce
 from jax_argreduce import _ffi
 import reference
+from _common import staged_candidates_sample
 from stats import P_MIN, chi_square_gof, report
 
 FILTERS = [
@@ -228,15 +229,6 @@ def test_no_top_k_promise():
       np.asarray(explicit(x, np.zeros(8, np.int32))))
 
 
-def test_spread_path_gate():
-  """The handler's k_bound: the primitive's, but -1 (the spread path) becomes 0 on CUDA while
-  _dispatch.FILTER_SPREAD is off (its kernels not yet checked on a GPU)."""
-  from jax_argreduce import _dispatch
-  assert _dispatch.filtered_k_bound("cpu", -1) == -1
-  assert _dispatch.filtered_k_bound("cuda", 8) == 8 and _dispatch.filtered_k_bound("cuda", 0) == 0
-  assert _dispatch.filtered_k_bound("cuda", -1) == (-1 if _dispatch.FILTER_SPREAD else 0)
-
-
 def test_spread_workspace_sizes():
   """The CUDA spread path's workspace (k_bound -1; launch_plan.h PlanFilterSpread), a pure
   function of the shape: per row two pair arrays of its chunks, a 64-byte state, three
@@ -276,3 +268,25 @@ def test_top_k_bound_under_vmap_and_per_row_keys():
   f = lambda kk, v, kv: jax_argreduce.categorical(kk, v, top_k=kv, min_p=0.1, top_k_bound=16)
   got = jax.jit(jax.vmap(f))(keys, x, k)
   np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("shards,k_bound", [(2, 8), (4, 50), (5, 16)])
+def test_staged_candidates_equal_the_unsplit_sample(shards, k_bound):
+  """The candidate exchange's stages composed on one device (_common.staged_candidates_sample)
+  give the unsplit call's samples bit for bit: per-row top_k in [1, k_bound], top_p, min_p and
+  temperatures (zeros included), ties straddling the blocks, NaN and -inf rows. (The meshes
+  of test_sharding.py run the same stages with the real exchange.)"""
+  rows, cols = 24, 1000
+  x = _rows(13, rows=rows, cols=cols)
+  x[8, :] = np.round(x[8] / 4)                            # wide ties across every block
+  x[9, [10, 260, 510, 760]] = 9.0                         # equal tops, one per block
+  rng = np.random.default_rng(13)
+  kw = dict(top_k=rng.integers(1, k_bound + 1, rows), top_p=rng.uniform(0.2, 1.0, rows),
+            min_p=np.where(np.arange(rows) % 3 == 0, 0.05, 0.0),
+            temperature=np.where(np.arange(rows) % 5 == 0, 0.0, 0.8).astype(np.float32))
+  cpu = jax.devices("cpu")[0]
+  for seed in range(3):
+    keys = jax.random.split(jax.random.key(seed), rows)
+    want = np.asarray(jax_argreduce.categorical(keys, x, **kw))
+    got = staged_candidates_sample(cpu, keys, x, shards, k_bound, **kw)
+    np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")

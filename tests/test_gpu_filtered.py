@@ -24,7 +24,7 @@ import pytest
 
 import jax_argreduce
 import reference
-from _common import cuda_check_exe, needs_cuda_build, x64_for  # noqa: F401
+from _common import cuda_check_exe, needs_cuda_build, staged_candidates_sample, x64_for  # noqa: F401
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
 
@@ -137,6 +137,25 @@ def test_traced_out_of_range_filters_keep_the_top_token():
     got = np.asarray(f(*jax.device_put((x, np.float32(p), np.float32(m)), gpu_device())))
     # A NaN top (argmax's answer) or the top of the order: the same column.
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("rows,cols,shards,k_bound", [(24, 1000, 4, 50), (37, 4099, 3, 8),
+                                                      (8, 202048, 4, 64)], ids=str)
+def test_gpu_candidate_stages_equal_cpu(rows, cols, shards, k_bound, dtype):
+  """A split vocabulary's candidate exchange, its stages composed on one GPU
+  (_common.staged_candidates_sample: the CUDA scaled_top_k select per column block, then the
+  CUDA filtered handler with the global columns): the CPU's unsplit samples, bit for bit."""
+  rng = np.random.default_rng([rows, cols, shards, DTYPES.index(dtype)])
+  x = logits(dtype, rng, rows, cols)
+  kw = dict(top_k=rng.integers(1, k_bound + 1, rows).astype(np.int32),
+            top_p=rng.choice(np.float32([1.0, 0.9, 0.5, 1e-6]), rows),
+            min_p=rng.choice(np.float32([0.0, 0.05, 1.0]), rows),
+            temperature=rng.choice(np.float32([0.0, 0.8, 1.0, 1.7]), rows))
+  for key in (jax.random.key(3), jax.random.split(jax.random.key(4), rows)):
+    want = sample(cpu_device(), key, x, **kw)
+    got = staged_candidates_sample(gpu_device(), key, x, shards, k_bound, **kw)
+    assert_same(got, want, f"{rows}x{cols} {dtype} {shards} shards, k_bound {k_bound}")
 
 
 def test_sample_check_under_compute_sanitizer(tmp_path):
