@@ -16,11 +16,20 @@
 // row, which is global column order among equal z: shards come in column order, and within a
 // shard equal z are in column order (the select's ties). Ties of the noisy key, which tokens of
 // different z can have, are broken by the global column explicitly (Draw's index).
+//
+// A split vocabulary without a top-k (_sharding.py, split_prefix_sample) exchanges no logits:
+// z_max from the shards' first tokens; top-p's last kept token from levels of per-digit masses
+// over z's radix key (sample_filter.h, MassLevels), summed over the shards, the last level's
+// counts kept per shard (that key's ties are kept in global column order: a shard keeps those
+// left after the shards before it); each shard then draws over its kept tokens as
+// SampleRowPrefix does, and the caller combines the shards' pairs.
 #ifndef JAX_ARGREDUCE_FFI_CPU_SAMPLE_H_
 #define JAX_ARGREDUCE_FFI_CPU_SAMPLE_H_
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "categorical.h"
@@ -76,7 +85,178 @@ struct FilteredSamplerCpu {
     return SampleRowPrefix(x, cols, r, f, scratch);
   }
 
+  // ---- A split vocabulary without a top-k (sample_filter.h, MassLevels): each row's z_max
+  // from the shards' first tokens, top-p's levels of masses, then the draw of each shard over
+  // its kept tokens, whose (noisy maximum, column) pairs the caller combines (the unfiltered
+  // sampler's exchange). `tops`: each shard's first token in the z order (the scaled_top_k
+  // handler's k = 1, as logits' bits), in shard order; `above`: the row's summed masses of the
+  // levels before, [levels][Levels::kWidth].
+  using Levels = MassLevels<kKeyBits>;
+
+  // z_max and the shard holding the row's first token (the first shard among equal tops).
+  struct SplitTop {
+    Noise z_max;
+    int64_t shard;
+  };
+  static SplitTop TopOfShards(const Bits* tops, int64_t shards, const Row& r) {
+    int64_t best = 0;
+    uint64_t best_key = SortKey(r.Scaled(tops[0]));
+    for (int64_t s = 1; s < shards; ++s) {
+      const uint64_t key = SortKey(r.Scaled(tops[s]));
+      if (key > best_key) {
+        best_key = key;
+        best = s;
+      }
+    }
+    return SplitTop{r.Scaled(tops[best]), best};
+  }
+
+  // Whether a row needs top-p's levels: a draw row (not T == 0) with p < 1 and a finite top.
+  static bool NeedsLevels(const Row& r, float p, const SplitTop& top) {
+    return !r.greedy && p < 1.0f && !IsNaN(top.z_max) && top.z_max != -Noise(INFINITY);
+  }
+
+  // The digits picked at levels < `levels` (`above` holds their summed masses): the key's high
+  // bits, the mass above them, and the row's total (level 0's sum).
+  struct MassPrefix {
+    uint64_t prefix = 0;
+    uint64_t before = 0;
+    uint64_t total = 0;
+  };
+  static MassPrefix PickLevels(const uint64_t* above, int levels, float p) {
+    MassPrefix m;
+    for (int64_t d = 0; d < Levels::kWidth; ++d) m.total += above[d];
+    for (int l = 0; l < levels; ++l) {
+      const int64_t d = CrossingDigit(above + l * Levels::kWidth, int64_t{1} << Levels::Bits(l),
+                                      p, m.total, m.before);
+      m.prefix |= static_cast<uint64_t>(d) << Levels::Shift(l);
+    }
+    return m;
+  }
+
+  // One shard's histogram of level `level` for one row: per digit, the masses (levels before
+  // the last: `masses`) or the counts of tokens of positive mass (the last: `counts`, gathered
+  // per shard, since the last key's ties are kept in column order across the shards) of its
+  // tokens under the digits picked before. Zeros where the row needs no levels.
+  static void LevelRow(const Bits* x, int64_t cols, const Row& r, float p, const Bits* tops,
+                       int64_t shards, const uint64_t* above, int level, uint64_t* masses,
+                       uint32_t* counts) {
+    const int64_t size = int64_t{1} << Levels::Bits(level);
+    if (masses != nullptr) std::fill(masses, masses + size, uint64_t{0});
+    if (counts != nullptr) std::fill(counts, counts + size, uint32_t{0});
+    if (r.greedy || !(p < 1.0f)) return;
+    const SplitTop top = TopOfShards(tops, shards, r);
+    if (!NeedsLevels(r, p, top)) return;
+    const uint64_t prefix = level == 0 ? 0 : PickLevels(above, level, p).prefix;
+    for (int64_t c = 0; c < cols; ++c) {
+      const Noise z = r.Scaled(x[c]);
+      const uint64_t key = SortKey(z);
+      if (!Levels::Under(key, prefix, level)) continue;
+      const uint64_t w = FixedMass(z, top.z_max);
+      if (masses != nullptr) {
+        masses[Levels::Digit(key, level)] += w;
+      } else if (w > 0) {
+        ++counts[Levels::Digit(key, level)];
+      }
+    }
+  }
+
+  // One shard's draw for one row (the shard `shard` of `shards`, its columns at r.col_offset):
+  // the (noisy key, local column) of its best kept token; a pair that loses to every kept
+  // token's (a -inf key) where it keeps none. `above` ([Levels::kCount - 1][kWidth], summed)
+  // and `counts` ([shards][last level's digits], per shard) are nullptr where no row has a
+  // top-p. The kept set is SampleRowPrefix's: the same bar, min-p floor and fallbacks.
+  static Pair SplitDrawRow(const Bits* x, int64_t cols, const Row& r, const RowFilters& f,
+                           const Bits* tops, int64_t shards, int64_t shard,
+                           const uint64_t* above, const uint32_t* counts,
+                           SampleScratch& scratch) {
+    if (r.greedy) return Argmax(x, cols);  // the shards' argmax pairs combine to the row's
+    const bool top_p = f.HasTopP() && counts != nullptr;
+    if (!top_p && !f.HasMinP()) return DrawAll(x, cols, r);
+    const SplitTop top = TopOfShards(tops, shards, r);
+    const Pair lose{Row::KeyOf(-Noise(INFINITY)), 0};
+    // The row's first token alone (a NaN or -inf top; or nothing kept: min_p > 1, traced):
+    // the shard holding it draws it (the first of its tokens in the z order).
+    const auto first_alone = [&] { return shard == top.shard ? Draw(x, r, FirstToken(x, cols, r))
+                                                            : lose; };
+    if (IsNaN(top.z_max) || top.z_max == -Noise(INFINITY)) return first_alone();
+    const float d_floor = f.HasMinP() ? MinPFloor(f.min_p) : -INFINITY;
+    if (!(0.0f >= d_floor)) return first_alone();  // the top token's d is 0
+
+    // top-p's bar: kept iff the key is above `bar`, or equal to it among this shard's first
+    // `ties_kept` tokens of that key (in column order). No top-p: every key is above 0.
+    uint64_t bar = 0;
+    int64_t ties_kept = 0;
+    if (top_p) {
+      constexpr int kLast = Levels::kCount - 1;
+      const int64_t size = int64_t{1} << Levels::Bits(kLast);
+      MassPrefix m = PickLevels(above, kLast, f.p);
+      // The last level's masses: its digits complete the key, so a digit's tokens share one z
+      // (one mass): count * mass.
+      auto& masses = scratch.buckets;
+      masses.assign(static_cast<size_t>(size), 0);
+      for (int64_t d = 0; d < size; ++d) {
+        uint64_t n = 0;
+        for (int64_t s = 0; s < shards; ++s) n += counts[s * size + d];
+        if (n > 0) masses[d] = n * KeyMass(m.prefix | static_cast<uint64_t>(d), top.z_max);
+      }
+      const int64_t d = CrossingDigit(masses.data(), size, f.p, m.total, m.before);
+      bar = m.prefix | static_cast<uint64_t>(d);
+      int64_t ties = 0, ties_before = 0;
+      for (int64_t s = 0; s < shards; ++s) {
+        ties += counts[s * size + d];
+        if (s < shard) ties_before += counts[s * size + d];
+      }
+      const int64_t kept = TiesKept(m.before, KeyMass(bar, top.z_max), ties, f.p, m.total);
+      ties_kept = std::clamp<int64_t>(kept - ties_before, 0, counts[shard * size + d]);
+    }
+
+    auto& masked = scratch.masked;
+    masked.resize((static_cast<size_t>(cols) * sizeof(Bits) + 7) / 8);
+    Bits* row = reinterpret_cast<Bits*>(masked.data());
+    bool any = false;
+    int64_t ties_seen = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const Noise z = r.Scaled(x[c]);
+      const uint64_t key = SortKey(z);
+      bool kept = key > bar;
+      if (key == bar && FixedMass(z, top.z_max) > 0) kept = ties_seen++ < ties_kept;
+      kept = kept && MassExponent(z, top.z_max) >= d_floor;
+      row[c] = kept ? x[c] : kNegInf;
+      any |= kept;
+    }
+    return any ? ScanRowCpu<Policy>(row, cols, r) : lose;
+  }
+
  private:
+  // The first token of a row in the z order (NaN first, larger z, the lowest column).
+  static int64_t FirstToken(const Bits* x, int64_t cols, const Row& r) {
+    uint64_t top_key = SortKey(r.Scaled(x[0]));
+    int64_t top_col = 0;
+    for (int64_t c = 1; c < cols; ++c) {
+      const uint64_t key = SortKey(r.Scaled(x[c]));
+      if (key > top_key) {
+        top_key = key;
+        top_col = c;
+      }
+    }
+    return top_col;
+  }
+
+  // The mass of every token whose z has radix key `key` (not a NaN's): SortKey's inverse.
+  static uint64_t KeyMass(uint64_t key, Noise z_max) {
+    using Signed = std::conditional_t<kKeyBits == 64, int64_t, int32_t>;
+    using Unsigned = std::make_unsigned_t<Signed>;
+    const Signed ordered = static_cast<Signed>(
+        static_cast<Unsigned>(key) ^ (Unsigned{1} << (kKeyBits - 1)));
+    const Unsigned bits = ordered >= 0 ? static_cast<Unsigned>(ordered)
+                                       : ((Unsigned{1} << (kKeyBits - 1)) |
+                                          static_cast<Unsigned>(-ordered));
+    Noise z;
+    std::memcpy(&z, &bits, sizeof(z));
+    return FixedMass(z, z_max);
+  }
+
   static Pair Argmax(const Bits* x, int64_t cols) {
     const auto key_of = [&](int64_t c) { return Row::KeyOf(categorical_detail::Widen<F>(x[c])); };
     Pair best{key_of(0), 0};
@@ -153,15 +333,7 @@ struct FilteredSamplerCpu {
   // top-p and/or min-p over the whole row.
   static Pair SampleRowPrefix(const Bits* x, int64_t cols, const Row& r,
                                  const RowFilters& f, SampleScratch& scratch) {
-    uint64_t top_key = SortKey(r.Scaled(x[0]));
-    int64_t top_col = 0;
-    for (int64_t c = 1; c < cols; ++c) {
-      const uint64_t key = SortKey(r.Scaled(x[c]));
-      if (key > top_key) {
-        top_key = key;
-        top_col = c;
-      }
-    }
+    const int64_t top_col = FirstToken(x, cols, r);
     const Noise z_max = r.Scaled(x[top_col]);
     if (IsNaN(z_max) || z_max == -Noise(INFINITY)) return Draw(x, r, top_col);
 

@@ -17,12 +17,17 @@ namespace jax_argreduce {
 // filtered categorical: (keys, logits, temperature, top_k, top_p, min_p, offsets, columns) ->
 // (noisy_max, indices); columns: each logit's global column, or none. Attribute k_bound (> 0:
 // every row's top_k is in [1, k_bound]; the CPU handler ignores it).
+// A split vocabulary without a top-k (CPU only): top_p level: (logits, temperature, top_p,
+// tops, above) -> histogram, attribute level; split filtered draw: (keys, logits, temperature,
+// top_k, top_p, min_p, offsets, tops, above, counts) -> (noisy_max, indices) (cpu_sample.h).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MaxWithIndexCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(TopKCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ScaledTopKCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(FilteredCategoricalCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TopPLevelCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SplitFilteredDrawCpu);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
 // Per call site, from XLA's instantiate stage (InstantiateCuda) to the executable's end: the
 // split path's counter slot (cuda_handlers.cc). Registered with XLA as an FFI type (id, and

@@ -9,6 +9,7 @@
 
 #include "handlers.h"
 #include "launch_plan.h"
+#include "sample_filter.h"
 #ifdef JAX_ARGREDUCE_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -127,6 +128,8 @@ NB_MODULE(_argreduce, m) {
     add("top_k", "cpu", TopKCpu, nullptr);
     add("scaled_top_k", "cpu", ScaledTopKCpu, nullptr);
     add("filtered_categorical", "cpu", FilteredCategoricalCpu, nullptr);
+    add("top_p_level", "cpu", TopPLevelCpu, nullptr);
+    add("split_filtered_draw", "cpu", SplitFilteredDrawCpu, nullptr);
 #ifdef JAX_ARGREDUCE_WITH_CUDA
     add("argreduce", "cuda", ArgReduceCuda, InstantiateCuda);
     add("max_with_index", "cuda", MaxWithIndexCuda, InstantiateCuda);
@@ -162,6 +165,14 @@ NB_MODULE(_argreduce, m) {
     return WorkspaceBytes(op.c_str(), rows, cols, k, elem_bytes);
   }, nb::arg("op"), nb::arg("rows"), nb::arg("cols"), nb::arg("k"), nb::arg("elem_bytes"));
   m.attr("top_k_max_k") = kSelectMaxK;
+  // A split vocabulary's top-p levels (sample_filter.h): digits a level holds, limbs a mass.
+  m.attr("mass_level_width") = MassLevels<32>::kWidth;
+  m.attr("mass_limbs") = kMassLimbs;
+  m.def("mass_levels", [](int key_bits) {
+    if (key_bits == 32) return nb::make_tuple(MassLevels<32>::kCount, MassLevels<32>::Bits(MassLevels<32>::kCount - 1));
+    if (key_bits == 64) return nb::make_tuple(MassLevels<64>::kCount, MassLevels<64>::Bits(MassLevels<64>::kCount - 1));
+    throw std::invalid_argument("mass_levels: key_bits must be 32 or 64");
+  });
   // The XLA FFI API version of the headers the handlers were built against, which XLA checks
   // at registration, and the jaxlib that shipped them: _ffi.py compares them with the running
   // jaxlib before registering anything.

@@ -80,6 +80,73 @@ JAX_ARGREDUCE_HD float MinPFloor(float min_p) {
   return -exact_detail::AsFloat(lo);
 }
 
+// A vocabulary split over devices without a top-k (jax_argreduce/_sharding.py,
+// split_prefix_sample): top-p's last kept token found from exchanged integer masses, never the
+// logits. The levels resolve z's radix key (kKeyBits: 32, or 64 for float64 noise) in digits of
+// kDigitBits, high bits first, the last level taking the rest (11 + 11 + 10 for 32 bits):
+// level l sums, per digit, the masses of the tokens under the digits picked at levels < l;
+// every shard's sums add up (64-bit integers: exact in any order) to the row's.
+template <int kKeyBits>
+struct MassLevels {
+  static constexpr int kDigitBits = 11;
+  static constexpr int kWidth = 1 << kDigitBits;  // digits a level's histogram holds, at most
+  static constexpr int kCount = (kKeyBits + kDigitBits - 1) / kDigitBits;
+  static constexpr JAX_ARGREDUCE_HD int Bits(int level) {
+    return level + 1 < kCount ? kDigitBits : kKeyBits - kDigitBits * (kCount - 1);
+  }
+  static constexpr JAX_ARGREDUCE_HD int Shift(int level) {
+    return kKeyBits - kDigitBits * level - Bits(level);
+  }
+  // Whether `key` lies under the digits of `prefix` picked at levels < `level`.
+  static JAX_ARGREDUCE_HD bool Under(uint64_t key, uint64_t prefix, int level) {
+    const int high = Shift(level) + Bits(level);
+    return high >= 64 || (key >> high) == (prefix >> high);
+  }
+  static JAX_ARGREDUCE_HD int64_t Digit(uint64_t key, int level) {
+    return static_cast<int64_t>((key >> Shift(level)) & ((uint64_t{1} << Bits(level)) - 1));
+  }
+};
+
+// Masses cross devices as kMassLimbs uint32 limbs of kMassLimbBits each, low first: JAX
+// without x64 has no uint64 arrays, and a sum over at most 2^10 shards cannot carry out of a
+// limb (2^22 * 2^10 = 2^32), so the row's 64-bit sums come back exactly.
+constexpr int kMassLimbs = 3;
+constexpr int kMassLimbBits = 22;
+
+// The digit of one level's histogram `masses` (`size` digits) where the running mass, from
+// `before` (the mass of the tokens above the level's prefix), reaches p of `total`; `before`
+// becomes the mass above that digit. TopPBar's walk over its buckets (cpu_sample.h): empty
+// digits are skipped, and the crossing digit's first token is kept (its mass before is below p
+// of the total, or it is the row's first token).
+JAX_ARGREDUCE_HD int64_t CrossingDigit(const uint64_t* masses, int64_t size, float p,
+                                       uint64_t total, uint64_t& before) {
+  int64_t b = size - 1;
+  for (; b > 0; --b) {
+    if (masses[b] == 0) continue;
+    if (!MassBelow(before + masses[b], p, total)) break;
+    before += masses[b];
+  }
+  return b;
+}
+
+// How many of the `ties` tokens of one key (each of mass `mass`, the first's mass before
+// `before`) top-p keeps, in column order: the first, then each whose mass before is below p of
+// the total (monotone: a bisection).
+JAX_ARGREDUCE_HD int64_t TiesKept(uint64_t before, uint64_t mass, int64_t ties, float p,
+                                  uint64_t total) {
+  if (ties <= 1) return ties;
+  int64_t lo = 1, hi = ties;  // kept: [0, lo) surely; the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;  // is tie `mid` kept?
+    if (MassBelow(before + static_cast<uint64_t>(mid) * mass, p, total)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 // The sampler's noisy key of column `col` (this call's) of a row: the key of
 // y = fl(z + G(key, row, global column)), the value the unfiltered sampler's scan compares
 // (categorical.h, Visit), so a row without filters samples what categorical samples.

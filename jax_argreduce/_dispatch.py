@@ -259,6 +259,22 @@ def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
   return platform != "cuda" or (np.dtype(dtype).itemsize <= 4 and k_bound <= _ffi.TOP_K_MAX_K)
 
 
+# top-p's masses cross devices as 22-bit limbs in uint32: exact in a sum over at most this
+# many shards (ffi/sample_filter.h, kMassLimbs).
+MAX_MASS_SHARDS = 1 << 10
+
+
+def exchanges_masses(platform: str, shape, dtype, shards: int, k_bound: int,
+                     method: str) -> bool:
+  """Whether a filtered sampler call on ``shape`` whose vocabulary is split into ``shards``
+  without a top-k (``k_bound`` -1: top-p and/or min-p) exchanges top-p's per-shard masses and
+  the shards' draws (_sharding.split_prefix_sample) rather than gathering the logits: where
+  the handler takes the call, on CPU (the stages have no CUDA handlers yet), for at most
+  MAX_MASS_SHARDS shards (the masses' limbs stay exact)."""
+  return (k_bound == -1 and platform == "cpu" and 1 < shards <= MAX_MASS_SHARDS
+          and route("filtered_categorical", platform, shape, dtype, method) == "kernel")
+
+
 def flattens_in_two_stages(dtype, ndim: int, explicitly_sharded: bool) -> bool:
   """``axis=None`` (the flattened input): True where the input is reduced along its last axis
   first (partitioned like any call) and the per-row pairs then combined (_sharding.flat_reduce),

@@ -15,6 +15,7 @@ import re
 import warnings
 
 import jax
+import numpy as np
 
 from jax_argreduce import _argreduce
 
@@ -24,6 +25,17 @@ HAS_CUDA: bool = bool(_argreduce.has_cuda)
 
 # The largest k the CUDA top_k kernels take (larger k: the exact XLA path).
 TOP_K_MAX_K: int = int(_argreduce.top_k_max_k)
+
+# A split vocabulary's top-p levels (ffi/sample_filter.h, MassLevels): the digits a level's
+# masses hold and the uint32 limbs of a mass.
+MASS_LEVEL_WIDTH: int = int(_argreduce.mass_level_width)
+MASS_LIMBS: int = int(_argreduce.mass_limbs)
+
+
+def mass_levels(dtype) -> tuple[int, int]:
+  """(levels, bits of the last level's digits) of top-p's levels for logits of ``dtype``: z's
+  radix key has 64 bits for float64 logits, else 32."""
+  return tuple(_argreduce.mass_levels(64 if np.dtype(dtype) == np.float64 else 32))
 
 
 def cuda_workspace_bytes(op: str, rows: int, cols: int, k: int, itemsize: int) -> int:

@@ -859,6 +859,60 @@ def _scaled_top_k_block(logits, temperature, k: int, *, platform):
                       workspace_bytes=_top_k_workspace(platform, aval, k), k=np.int64(k))
 
 
+def _row_result(aval, tail: tuple, dtype):
+  """A per-row result of a block's handler call: ``aval``'s batch dimensions (and their
+  sharding, varying manual axes) with ``tail`` dimensions, whole on every device, of
+  ``dtype``."""
+  spec = tuple(aval.sharding.spec) + (None,) * (aval.ndim - len(aval.sharding.spec))
+  return aval.update(shape=(*aval.shape[:-1], *tail), dtype=np.dtype(dtype), weak_type=False,
+                     sharding=aval.sharding.update(spec=P(*spec[:-1], *(None,) * len(tail))))
+
+
+def _top_p_level_block(logits, temperature, top_p, tops, above, level: int, *, platform):
+  """top-p's level ``level`` on a block of a split vocabulary (stage of
+  _sharding.split_prefix_sample; the "top_p_level" handler, ffi/cpu_sample.h): per row, the
+  block's masses per digit (uint32 limbs ``[..., 2048, 3]``) or, at the last level, its counts
+  (uint32 ``[..., 2^bits]``), from ``tops`` (every shard's first token, ``[..., shards]``) and
+  ``above`` (the summed masses of the levels before, ``[..., level, 2048, 3]``)."""
+  logits, temperature, top_p, tops, above = _vary_together([logits, temperature, top_p, tops,
+                                                            above])
+  aval = typeof(logits)
+  levels, last_bits = _ffi.mass_levels(aval.dtype)
+  tail = (1 << last_bits,) if level == levels - 1 else (_ffi.MASS_LEVEL_WIDTH,
+                                                        _ffi.MASS_LIMBS)
+  rows = _row_factors(aval.ndim - 1)
+  flat = lambda v: v.reshape(math.prod(v.shape))
+  return call_handler(
+      "top_p_level", platform, [logits, flat(temperature), flat(top_p), tops, above],
+      [_row_result(aval, tail, np.uint32)],
+      [rows + ("cols",), ("nt",), ("np",), rows + ("shards",), rows + ("a0", "a1", "a2")],
+      [rows + tuple(f"h{i}" for i in range(len(tail)))], level=np.int64(level))[0]
+
+
+def _split_draw_block(keys, logits, temperature, top_k, top_p, min_p, offsets, tops, above,
+                      counts, *, index_dtype, method, platform):
+  """The filtered sampler's draw on a block of a split vocabulary without a top-k (last stage
+  of _sharding.split_prefix_sample; the "split_filtered_draw" handler, ffi/cpu_sample.h):
+  ``[noisy_max, local indices]`` of the block's best kept token per row (a -inf noisy maximum
+  where it keeps none), for the pair exchange. ``above``/``counts``: top-p's summed masses of
+  the levels before the last and the last level's counts per shard, or empty (no top-p)."""
+  keys, logits, *params, offsets, tops, above, counts = _vary_together(
+      [keys, logits, temperature, top_k, top_p, min_p, offsets, tops, above, counts])
+  aval = typeof(logits)
+  avals_out = _categorical_abstract_eval(typeof(keys), aval, typeof(params[0]), typeof(offsets),
+                                         index_dtype=index_dtype, method=method)
+  flat_keys = keys.reshape(math.prod(keys.shape[:-1]), 2)
+  flat_params = [p.reshape(math.prod(p.shape)) for p in params]
+  rows = _row_factors(aval.ndim - 1)
+  factors = lambda v, name: tuple(f"{name}{i}" for i in range(v.ndim))
+  return call_handler(
+      "split_filtered_draw", platform, [flat_keys, logits, *flat_params, offsets, tops, above,
+                                        counts],
+      avals_out, [("nk", "two"), rows + ("cols",), ("nt",), ("nk_",), ("np",), ("nm",),
+                  ("no",), rows + ("shards",), factors(above, "a"), factors(counts, "c")],
+      [rows, rows])
+
+
 def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound, platform):
   """The partition rule: where the logits' type splits them over explicit mesh axes, a
   shard_map in which each block samples with its global row counters (_sharding.sample_plan /
@@ -887,8 +941,11 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
   shards = math.prod(mesh.shape[n] for n in names)
   candidates = shards > 1 and _dispatch.exchanges_candidates(
       platform, aval.shape, aval.dtype, shards, k_bound, method)
-  # The blocks: split rows, and the vocab's split where candidates are exchanged (else whole).
-  block_dims = tuple(dims[:-1]) + (names if candidates else (),)
+  masses = shards > 1 and not candidates and _dispatch.exchanges_masses(
+      platform, aval.shape, aval.dtype, shards, k_bound, method)
+  # The blocks: split rows, and the vocab's split where candidates or masses are exchanged
+  # (else whole).
+  block_dims = tuple(dims[:-1]) + (names if candidates or masses else (),)
   per_row = tuple(_params.per_row(a.shape, batch) for a in param_avals)
   plan = _sharding.sample_plan(mesh, block_dims, aval.shape, j, per_row, index_dtype)
   static = dict(index_dtype=index_dtype, method=method, k_bound=k_bound, platform=platform)
@@ -901,6 +958,17 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
       return _sharding.split_filtered_sample(
           k, x, ps, o, names, k_bound, functools.partial(_scaled_top_k_block, platform=platform),
           lambda *a: _filtered_handler(*a, **static))
+  elif masses:
+    # Each shard draws over its kept tokens; sample_block exchanges the pairs (k_names).
+    levels, _ = _ffi.mass_levels(aval.dtype)
+
+    def block(k, x, ps, o):
+      return _sharding.split_prefix_sample(
+          k, x, ps, o, names, levels, (_ffi.MASS_LEVEL_WIDTH, _ffi.MASS_LIMBS),
+          functools.partial(_scaled_top_k_block, platform=platform),
+          functools.partial(_top_p_level_block, platform=platform),
+          functools.partial(_split_draw_block, index_dtype=index_dtype, method=method,
+                            platform=platform))
   else:
     def block(k, x, ps, o):
       return _filtered_block(k, x, *ps, o, **static)
@@ -916,7 +984,7 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
 
   def partitioned(k, x, *ps_o):
     *ps, o = ps_o
-    if names and not candidates:
+    if names and not (candidates or masses):
       x = jax.sharding.reshard(x, jax.sharding.NamedSharding(mesh, x_spec))
     return fn(_sharding.reshard(k, k_aval, mesh, plan.key_spec), x,
               _sharding.reshard(o, o_aval, mesh, P()),

@@ -515,6 +515,43 @@ def split_filtered_sample(keys, logits, params, offsets, names, k_bound: int, ca
   return sample(keys, values, *params, offsets, columns)
 
 
+def split_prefix_sample(keys, logits, params, offsets, names, levels: int, width: tuple,
+                        first_tokens, level, draw):
+  """The filtered sampler (SPEC §1f) on this device's block of a vocabulary split over mesh
+  axes ``names``, for rows without a top-k (top-p and/or min-p), without gathering the logits:
+  the block's ``[noisy_max, local indices]`` (its best kept token per row; a -inf noisy maximum
+  where it keeps none), for the caller's pair exchange (:func:`sample_block`). ``offsets``: the
+  block's global (row, column) counters; ``params``: (temperature, top_k, top_p, min_p).
+
+  Each shard's first token in the z order (``first_tokens(logits, temperature, 1)``: the
+  logits' bits) is exchanged (``[rows, shards]``): z_max is the row's, min-p a floor on
+  ``d = z - z_max``. top-p's last kept token is found in levels over z's radix key
+  (``level(logits, temperature, top_p, tops, above, l)`` for ``l < levels``, ffi/sample_filter.h
+  MassLevels; ``above``: ``[..., l, *width]``, the summed masses of the levels before): each
+  level's per-digit masses (integers, as uint32 limbs) are summed over the shards
+  (``psum``: exact in any order), the next level refines the digit where the running mass
+  reaches p; the last level's counts per digit are gathered per shard, since that key's ties
+  are kept in global column order. Then each shard draws over its kept tokens
+  (``draw(keys, logits, *params, offsets, tops, above, counts)``). Exchanged per row: the
+  shards' tops, 2 x 2048 x 3 uint32 of masses (32-bit keys; 5 x for float64's), 1024 counts
+  per shard, and the pairs; never the logits. Rows without top-p (p >= 1) send zeros: the
+  levels run wherever a call has no top-k, since the lowering cannot see whether top_p was
+  given. The sample is the unsharded one, bit for bit: the same z_max, integer sums, bar and
+  noise (global columns)."""
+  temperature, _, top_p, _ = params
+  tops, _ = first_tokens(logits, temperature, 1)
+  bits = lax.bitcast_convert_type(tops, _BITS[tops.dtype.itemsize])
+  bits = _all_gather_invariant(bits, names, axis=bits.ndim - 1)
+  tops = lax.bitcast_convert_type(bits.reshape(*bits.shape[:-2], bits.shape[-2]), tops.dtype)
+  above = jnp.zeros((*logits.shape[:-1], 0, *width), np.uint32)
+  for i in range(levels - 1):
+    masses = lax.psum(level(logits, temperature, top_p, tops, above, i), names)
+    above = jnp.concatenate([above, masses[..., None, :, :]], axis=-3)
+  counts = level(logits, temperature, top_p, tops, above, levels - 1)
+  counts = _all_gather_invariant(counts, names, axis=counts.ndim - 1)
+  return draw(keys, logits, *params, offsets, tops, above, counts)
+
+
 def flat_reduce(x, reduce_last, *, is_min: bool, with_value: bool, index_dtype):
   """``axis=None`` for an explicitly sharded ``x`` of rank >= 2 without flattening it: reduce
   the last axis (partitioned), gather the small per-row pairs, and pick the first winning row

@@ -5,8 +5,9 @@ over gloo), builds logits on a global mesh that splits the vocabulary over every
 devices, and checks argmax, max_with_index, top_k and categorical (unfiltered and filtered)
 against numpy (top_k against reference.top_k: values bit for bit; categorical against the
 unsharded sample, which a vocab split must not change, and for filters the reference's kept
-set; with a top-k bound, the compiled program exchanges only the shards' candidates, never the
-logits). Prints "OK <id>" on success; any mismatch raises (exit code 1).
+set; with a top-k bound, the compiled program exchanges only the shards' candidates, without
+one top-p's masses and the shards' draws; never the logits). Prints "OK <id>" on success; any
+mismatch raises (exit code 1).
 """
 
 from __future__ import annotations
@@ -113,9 +114,12 @@ for dtype in (np.float32, jnp.bfloat16):
           r if np.ndim(filters[key]) else 0] for name, key in
           (("k", "top_k"), ("p", "top_p"), ("min_p", "min_p"))}
       assert reference.filtered_kept(host[r], 0.8, **ref)[sharded[r]], (filters, r)
+    sizes = all_gather_sizes(sample, gx)
     if k_bound is not None:
-      sizes = all_gather_sizes(sample, gx)
       assert sizes == [ROWS * jax.device_count() * k_bound] * 2, sizes
+    else:  # no top-k: the tops, the last level's counts and the pairs (never the logits)
+      n = jax.device_count()
+      assert sorted(sizes) == sorted([ROWS * n] * 3 + [ROWS * n * 1024]), sizes
 
 print(f"OK {process_id}", flush=True)
 jax.distributed.shutdown()

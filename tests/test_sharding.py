@@ -1154,3 +1154,105 @@ def test_filtered_handler_columns_operand():
   np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
   np.testing.assert_array_equal(np.asarray(got[0]).view(np.uint32),
                                 np.asarray(want[0]).view(np.uint32))
+
+
+# A split vocabulary without a top-k (top_p and/or min_p): the shards' first tokens, top-p's
+# per-digit masses summed over the shards (integers, as uint32 limbs) and the last level's
+# counts per shard are exchanged, then each shard draws over its kept tokens and the pairs
+# combine (_sharding.split_prefix_sample): the unsharded sample, bit for bit, never the logits.
+# CPU only (no CUDA handlers for its stages yet: CUDA gathers).
+
+PREFIX_FILTERS = [
+    dict(top_p=0.6),
+    dict(min_p=0.2),
+    dict(top_p=np.linspace(0.05, 1.0, ROWS, dtype=np.float32),
+         min_p=np.array([0.0, 0.1, 0.0, 0.01, 0.0, 0.2, 0.05, 1.0], np.float32)),
+    dict(top_k=np.array([0, 4000, 0, 0, 9999, 0, 0, 0], np.int32), top_p=0.3),  # keeps all
+]
+
+
+def assert_masses_only(compiled, rows, shards, levels=3, last=1024):
+  """The exchanges of split_prefix_sample, each no larger than its design: the shards' tops
+  [rows, shards], the summed masses [rows, 2048, 3] of levels - 1 levels, the last level's
+  counts [rows, shards, last], the pairs [rows, shards]; nothing of the logits' size."""
+  if PLATFORM == "cuda":  # the stages' CUDA handlers do not exist: gathered
+    return
+  text = compiled.as_text()
+  assert 'custom_call_target="jax_argreduce_top_p_level_cpu"' in text
+  found = collectives(text)
+  reduces = [s for op, sizes in found if op == "all-reduce" for s in sizes]
+  gathers = sorted(s for op, sizes in found if op == "all-gather" for s in sizes)
+  assert reduces == [rows * 2048 * 3] * (levels - 1), found
+  assert gathers == sorted([rows * shards] * 3 + [rows * shards * last]), found
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("kw", PREFIX_FILTERS, ids=["p", "min_p", "per_row", "k_all"])
+@pytest.mark.parametrize("mesh,spec,rows,shards", SPLIT_CASES)
+def test_filtered_vocab_split_exchanges_masses(mesh, spec, rows, shards, kw, dtype):
+  x = split_rows(dtype)
+  key = jax.random.key(17)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=SPLIT_T, **kw))
+  want = np.asarray(f(key, x))
+  w = SPLIT_COLS // 4
+  assert want[0] == 2 * w + 1 and want[2] == 0 and want[5] == w - 1, want
+  xs = jax.device_put(x, NamedSharding(_split_mesh(mesh), spec))
+  for seed in range(4):
+    k = jax.random.key(seed)
+    np.testing.assert_array_equal(np.asarray(f(k, xs)), np.asarray(f(k, x)), err_msg=str(seed))
+  assert_masses_only(f.lower(key, xs).compile(), rows, shards)
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.55, 0.999])
+def test_filtered_vocab_split_masses_ties_across_shards(p):
+  """top-p's last key tied across the shards: rows of one value (every token tied) and rows of
+  a few values repeated, so that the crossing key's ties straddle shard boundaries; top-p keeps
+  the first of them in global column order. Per-row keys: each row's sample equals the
+  unsharded one (a shard keeping a wrong count of the ties would sample outside the kept
+  columns in about a tenth of the rows)."""
+  rows = 64
+  x = np.ones((rows, SPLIT_COLS), np.float32)
+  x[16:32] = np.tile(np.repeat(np.float32([3.0, 2.0, 1.0, 0.0]), 5), SPLIT_COLS // 20)
+  x[32:48] = np.round(randn((16, SPLIT_COLS), seed=3))
+  x[48:] = np.where(np.arange(SPLIT_COLS) < 2500, 1.0, -np.inf)
+  keys = jax.random.split(jax.random.key(6), rows)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, top_p=p))
+  want = np.asarray(f(keys, x))
+  if p < 1:
+    kept = int(np.ceil(p * SPLIT_COLS))  # all equal: the first ceil(p * cols) tokens
+    assert want[:16].max() < kept, (want[:16], kept)
+  xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
+  np.testing.assert_array_equal(np.asarray(f(keys, xs)), want)
+
+
+def test_filtered_vocab_split_masses_float64(x64):
+  """float64 logits: z's radix key has 64 bits, six levels (11 x 5 + 9)."""
+  with x64(True):
+    x = split_rows().astype(np.float64)
+    t = SPLIT_T.astype(np.float64)
+    f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t, top_p=0.7, min_p=0.01))
+    key = jax.random.key(9)
+    want = np.asarray(f(key, x))
+    xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
+    np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
+    assert_masses_only(f.lower(key, xs).compile(), ROWS, N, levels=6, last=512)
+
+
+@pytest.mark.parametrize("keys", ["shared", "per_row"])
+def test_filtered_vocab_split_masses_batch_dims_and_runs(keys):
+  """Batch dimensions, and blocks whose rows are not consecutive counters (seq split: one call
+  per run inside sample_block), with the masses exchanged inside each run."""
+  if jax.device_count() < 4:
+    pytest.skip("a 2x2 mesh needs 4 devices")
+  x = 2.0 * randn((4, 8, 1000), seed=14)
+  key = jax.random.key(12)
+  key = jax.random.split(key, (4, 8)) if keys == "per_row" else key
+  t = np.linspace(0.0, 1.5, 32, dtype=np.float32).reshape(4, 8)
+  p = np.linspace(0.1, 1.0, 32, dtype=np.float32).reshape(4, 8)
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t, top_p=p, min_p=0.02))
+  want = np.asarray(f(key, x))
+  for spec in (P("a", None, "b"), P(None, "a", "b")):
+    xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
+    np.testing.assert_array_equal(np.asarray(f(key, xs)), want, err_msg=str(spec))
+    text = f.lower(key, xs).compile().as_text()
+    assert max(s for _, sizes in collectives(text) for s in sizes) <= 32 * 2048 * 3, text
