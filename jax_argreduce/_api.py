@@ -490,7 +490,8 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
     return _filtered_categorical(key, logits, temperature, *filters, axis=axis,
                                  method=_dispatch.check_method(method),
                                  k_bound=_params.k_bound(filters[0], top_k_bound, name,
-                                                         cols if is_constant_dim(cols) else None))
+                                                         cols if is_constant_dim(cols) else None),
+                                 has_top_p=filters[1] is not None)
   return _categorical(key, logits, temperature, axis=axis, method=method, axis_name=axis_name)
 
 
@@ -518,9 +519,9 @@ def _sampler_operands(key, logits, temperature, axis: int, name: str):
   return keys, logits, t, index_dtype
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "method", "k_bound"))
+@functools.partial(jax.jit, static_argnames=("axis", "method", "k_bound", "has_top_p"))
 def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis: int,
-                          method: str, k_bound: int):
+                          method: str, k_bound: int, has_top_p: bool):
   name = "categorical"
   keys, logits, t, index_dtype = _sampler_operands(key, logits, temperature, axis, name)
   operands = [_params.operand(p, v, logits.shape[:-1], name)
@@ -528,7 +529,8 @@ def _filtered_categorical(key, logits, temperature, top_k, top_p, min_p, *, axis
   if k_bound > 0:  # the promise the handlers may rely on, kept for traced values too
     operands[0] = jnp.clip(operands[0], 1, min(k_bound, _params.INT32_MAX))
   _, indices = _primitives.filtered_categorical_last_axis(
-      keys, logits, t, *operands, index_dtype=index_dtype, method=method, k_bound=k_bound)
+      keys, logits, t, *operands, index_dtype=index_dtype, method=method, k_bound=k_bound,
+      has_top_p=has_top_p)
   return indices
 
 

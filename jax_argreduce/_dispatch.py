@@ -264,15 +264,25 @@ def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
 MAX_MASS_SHARDS = 1 << 10
 
 
-def exchanges_masses(platform: str, shape, dtype, shards: int, k_bound: int,
-                     method: str) -> bool:
+def exchanges_masses(platform: str, shape, dtype, shards: int, k_bound: int, method: str,
+                     has_top_p: bool) -> bool:
   """Whether a filtered sampler call on ``shape`` whose vocabulary is split into ``shards``
-  without a top-k (``k_bound`` -1: top-p and/or min-p) exchanges top-p's per-shard masses and
-  the shards' draws (_sharding.split_prefix_sample) rather than gathering the logits: where
-  the handler takes the call, on CPU (the stages have no CUDA handlers yet), for at most
-  MAX_MASS_SHARDS shards (the masses' limbs stay exact)."""
-  return (k_bound == -1 and platform == "cpu" and 1 < shards <= MAX_MASS_SHARDS
-          and route("filtered_categorical", platform, shape, dtype, method) == "kernel")
+  without a top-k (``k_bound`` -1: top-p and/or min-p) exchanges the shards' first tokens,
+  top-p's per-digit masses (where ``has_top_p``) and the shards' draws
+  (_sharding.split_prefix_sample) rather than gathering the logits: where the handler takes
+  the call, on CPU (the stages have no CUDA handlers yet), for at most MAX_MASS_SHARDS shards
+  (the masses' limbs stay exact), and where those exchanges move fewer bytes per row than the
+  row's logits (top-p's levels: 24 KiB per summed level and 4 KiB of counts per shard)."""
+  if not (k_bound == -1 and platform == "cpu" and 1 < shards <= MAX_MASS_SHARDS
+          and route("filtered_categorical", platform, shape, dtype, method) == "kernel"):
+    return False
+  itemsize = np.dtype(dtype).itemsize
+  exchanged = shards * (itemsize + 8)  # the tops; the pairs (noisy maximum, index)
+  if has_top_p:
+    levels, last_bits = _ffi.mass_levels(dtype)
+    exchanged += (levels - 1) * _ffi.MASS_LEVEL_WIDTH * _ffi.MASS_LIMBS * 4
+    exchanged += shards * (1 << last_bits) * 4
+  return exchanged < shape[-1] * itemsize
 
 
 def flattens_in_two_stages(dtype, ndim: int, explicitly_sharded: bool) -> bool:

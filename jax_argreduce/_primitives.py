@@ -743,7 +743,7 @@ def _filtered_abstract_eval(keys, logits, temperature, top_k, top_p, min_p, offs
                                 or tuple(f.shape) == (1,) * len(batch)):
       raise TypeError(f"filtered_categorical_p: {name} must be {dtype} of shape {batch} or "
                       f"{(1,) * len(batch)}, got {f.str_short()}")
-  del params["k_bound"]
+  del params["k_bound"], params["has_top_p"]
   return _categorical_abstract_eval(keys, logits, temperature, offsets, **params)
 
 
@@ -913,7 +913,8 @@ def _split_draw_block(keys, logits, temperature, top_k, top_p, min_p, offsets, t
       [rows, rows])
 
 
-def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound, platform):
+def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound, has_top_p,
+                          platform):
   """The partition rule: where the logits' type splits them over explicit mesh axes, a
   shard_map in which each block samples with its global row counters (_sharding.sample_plan /
   sample_block, as categorical's rule), the filters split with the rows where they are per
@@ -942,7 +943,7 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
   candidates = shards > 1 and _dispatch.exchanges_candidates(
       platform, aval.shape, aval.dtype, shards, k_bound, method)
   masses = shards > 1 and not candidates and _dispatch.exchanges_masses(
-      platform, aval.shape, aval.dtype, shards, k_bound, method)
+      platform, aval.shape, aval.dtype, shards, k_bound, method, has_top_p)
   # The blocks: split rows, and the vocab's split where candidates or masses are exchanged
   # (else whole).
   block_dims = tuple(dims[:-1]) + (names if candidates or masses else (),)
@@ -959,8 +960,9 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
           k, x, ps, o, names, k_bound, functools.partial(_scaled_top_k_block, platform=platform),
           lambda *a: _filtered_handler(*a, **static))
   elif masses:
-    # Each shard draws over its kept tokens; sample_block exchanges the pairs (k_names).
-    levels, _ = _ffi.mass_levels(aval.dtype)
+    # Each shard draws over its kept tokens; sample_block exchanges the pairs (k_names). No
+    # top_p: no levels (min-p needs z_max alone).
+    levels = _ffi.mass_levels(aval.dtype)[0] if has_top_p else 0
 
     def block(k, x, ps, o):
       return _sharding.split_prefix_sample(
@@ -995,10 +997,10 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
 
 
 def _filtered_lowering(ctx, keys, logits, temperature, top_k, top_p, min_p, offsets, *,
-                       index_dtype, method, k_bound, platform):
+                       index_dtype, method, k_bound, has_top_p, platform):
   operands = [keys, logits, temperature, top_k, top_p, min_p, offsets]
   partitioned = _filtered_partitioned(ctx, *operands, index_dtype=index_dtype, method=method,
-                                      k_bound=k_bound, platform=platform)
+                                      k_bound=k_bound, has_top_p=has_top_p, platform=platform)
   if partitioned is not None:
     return partitioned
   return mlir.lower_fun(
@@ -1023,11 +1025,15 @@ ad.primitive_jvps[filtered_categorical_p] = _filtered_jvp
 
 
 def filtered_categorical_last_axis(keys, logits, temperature, top_k, top_p, min_p, *,
-                                   index_dtype, method: str = "auto", k_bound: int = 0):
+                                   index_dtype, method: str = "auto", k_bound: int = 0,
+                                   has_top_p: bool = True):
   """Binds ``filtered_categorical_p``: ``[noisy_max, indices]`` over the last axis of
   ``logits`` (operands as the block comment above says; no offsets: an unsharded call).
   ``k_bound`` > 0 promises every row's top_k is in [1, k_bound] (static; lets the CUDA
-  handler take its top-k path), -1 that no row has a top-k (its spread path), 0 nothing."""
+  handler take its top-k path), -1 that no row has a top-k (its spread path), 0 nothing;
+  ``has_top_p`` False promises top_p was not given (every p is 1: a split vocabulary's stages
+  skip top-p's levels)."""
   operands = _vary_together([keys, logits, temperature, top_k, top_p, min_p, NO_OFFSETS])
   return filtered_categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype),
-                                     method=method, k_bound=int(k_bound))
+                                     method=method, k_bound=int(k_bound),
+                                     has_top_p=bool(has_top_p))

@@ -534,15 +534,17 @@ def split_prefix_sample(keys, logits, params, offsets, names, levels: int, width
   are kept in global column order. Then each shard draws over its kept tokens
   (``draw(keys, logits, *params, offsets, tops, above, counts)``). Exchanged per row: the
   shards' tops, 2 x 2048 x 3 uint32 of masses (32-bit keys; 5 x for float64's), 1024 counts
-  per shard, and the pairs; never the logits. Rows without top-p (p >= 1) send zeros: the
-  levels run wherever a call has no top-k, since the lowering cannot see whether top_p was
-  given. The sample is the unsharded one, bit for bit: the same z_max, integer sums, bar and
-  noise (global columns)."""
+  per shard, and the pairs; never the logits. ``levels`` 0 (no top_p given) skips the levels;
+  rows with p >= 1 send zeros. The sample is the unsharded one, bit for bit: the same z_max,
+  integer sums, bar and noise (global columns)."""
   temperature, _, top_p, _ = params
   tops, _ = first_tokens(logits, temperature, 1)
   bits = lax.bitcast_convert_type(tops, _BITS[tops.dtype.itemsize])
   bits = _all_gather_invariant(bits, names, axis=bits.ndim - 1)
   tops = lax.bitcast_convert_type(bits.reshape(*bits.shape[:-2], bits.shape[-2]), tops.dtype)
+  if not levels:  # no top_p given: min-p needs z_max alone
+    none = np.zeros((0,), np.uint32)
+    return draw(keys, logits, *params, offsets, tops, none, none)
   above = jnp.zeros((*logits.shape[:-1], 0, *width), np.uint32)
   for i in range(levels - 1):
     masses = lax.psum(level(logits, temperature, top_p, tops, above, i), names)

@@ -1162,45 +1162,66 @@ def test_filtered_handler_columns_operand():
 # combine (_sharding.split_prefix_sample): the unsharded sample, bit for bit, never the logits.
 # CPU only (no CUDA handlers for its stages yet: CUDA gathers).
 
+# Wide enough that the exchanges move fewer bytes than the logits (_dispatch.exchanges_masses:
+# about 64 KiB per row with top_p, against 80 KB of a 16-bit row here).
+MASS_COLS = 4 * 10000
+
 PREFIX_FILTERS = [
     dict(top_p=0.6),
     dict(min_p=0.2),
     dict(top_p=np.linspace(0.05, 1.0, ROWS, dtype=np.float32),
          min_p=np.array([0.0, 0.1, 0.0, 0.01, 0.0, 0.2, 0.05, 1.0], np.float32)),
-    dict(top_k=np.array([0, 4000, 0, 0, 9999, 0, 0, 0], np.int32), top_p=0.3),  # keeps all
+    dict(top_k=np.array([0, MASS_COLS, 0, 0, 2 * MASS_COLS, 0, 0, 0], np.int32),  # keeps all
+         top_p=0.3),
 ]
 
 
 def assert_masses_only(compiled, rows, shards, levels=3, last=1024):
   """The exchanges of split_prefix_sample, each no larger than its design: the shards' tops
-  [rows, shards], the summed masses [rows, 2048, 3] of levels - 1 levels, the last level's
-  counts [rows, shards, last], the pairs [rows, shards]; nothing of the logits' size."""
+  [rows, shards], the summed masses [rows, 2048, 3] of levels - 1 levels and the last level's
+  counts [rows, shards, last] (levels 0: no top_p, none), the pairs [rows, shards]; nothing of
+  the logits' size."""
   if PLATFORM == "cuda":  # the stages' CUDA handlers do not exist: gathered
     return
   text = compiled.as_text()
-  assert 'custom_call_target="jax_argreduce_top_p_level_cpu"' in text
+  assert 'custom_call_target="jax_argreduce_split_filtered_draw_cpu"' in text
+  assert ('custom_call_target="jax_argreduce_top_p_level_cpu"' in text) == (levels > 0)
   found = collectives(text)
   reduces = [s for op, sizes in found if op == "all-reduce" for s in sizes]
   gathers = sorted(s for op, sizes in found if op == "all-gather" for s in sizes)
-  assert reduces == [rows * 2048 * 3] * (levels - 1), found
-  assert gathers == sorted([rows * shards] * 3 + [rows * shards * last]), found
+  assert reduces == [rows * 2048 * 3] * max(levels - 1, 0), found
+  assert gathers == sorted([rows * shards] * 3 + [rows * shards * last] * (levels > 0)), found
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("kw", PREFIX_FILTERS, ids=["p", "min_p", "per_row", "k_all"])
 @pytest.mark.parametrize("mesh,spec,rows,shards", SPLIT_CASES)
 def test_filtered_vocab_split_exchanges_masses(mesh, spec, rows, shards, kw, dtype):
-  x = split_rows(dtype)
+  x = split_rows(dtype, cols=MASS_COLS)
   key = jax.random.key(17)
   f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=SPLIT_T, **kw))
   want = np.asarray(f(key, x))
-  w = SPLIT_COLS // 4
+  w = MASS_COLS // 4
   assert want[0] == 2 * w + 1 and want[2] == 0 and want[5] == w - 1, want
   xs = jax.device_put(x, NamedSharding(_split_mesh(mesh), spec))
   for seed in range(4):
     k = jax.random.key(seed)
     np.testing.assert_array_equal(np.asarray(f(k, xs)), np.asarray(f(k, x)), err_msg=str(seed))
-  assert_masses_only(f.lower(key, xs).compile(), rows, shards)
+  assert_masses_only(f.lower(key, xs).compile(), rows, shards, levels=3 if "top_p" in kw else 0)
+
+
+def test_filtered_vocab_split_masses_only_where_smaller():
+  """The exchanges replace the gather only where they move fewer bytes than the row: top_p on
+  narrow rows (here 4000 columns: 16 KB of float32 against about 64 KiB) gathers the logits,
+  min_p alone (the tops and the pairs) does not."""
+  x = split_rows()
+  xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
+  key = jax.random.key(3)
+  for kw, masses in ((dict(top_p=0.5), False), (dict(min_p=0.1), True)):
+    f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=SPLIT_T, **kw))
+    np.testing.assert_array_equal(np.asarray(f(key, xs)), np.asarray(f(key, x)))
+    text = f.lower(key, xs).compile().as_text()
+    assert ("jax_argreduce_split_filtered_draw_cpu" in text) == (masses and PLATFORM == "cpu")
 
 
 @pytest.mark.parametrize("p", [0.05, 0.3, 0.55, 0.999])
@@ -1210,25 +1231,26 @@ def test_filtered_vocab_split_masses_ties_across_shards(p):
   the first of them in global column order. Per-row keys: each row's sample equals the
   unsharded one (a shard keeping a wrong count of the ties would sample outside the kept
   columns in about a tenth of the rows)."""
-  rows = 64
-  x = np.ones((rows, SPLIT_COLS), np.float32)
-  x[16:32] = np.tile(np.repeat(np.float32([3.0, 2.0, 1.0, 0.0]), 5), SPLIT_COLS // 20)
-  x[32:48] = np.round(randn((16, SPLIT_COLS), seed=3))
-  x[48:] = np.where(np.arange(SPLIT_COLS) < 2500, 1.0, -np.inf)
+  rows, cols = 64, MASS_COLS
+  x = np.ones((rows, cols), np.float32)
+  x[16:32] = np.tile(np.repeat(np.float32([3.0, 2.0, 1.0, 0.0]), 5), cols // 20)
+  x[32:48] = np.round(randn((16, cols), seed=3))
+  x[48:] = np.where(np.arange(cols) < 25000, 1.0, -np.inf)
   keys = jax.random.split(jax.random.key(6), rows)
   f = jax.jit(lambda k, v: ar.categorical(k, v, top_p=p))
   want = np.asarray(f(keys, x))
   if p < 1:
-    kept = int(np.ceil(p * SPLIT_COLS))  # all equal: the first ceil(p * cols) tokens
+    kept = int(np.ceil(p * cols))  # all equal: the first ceil(p * cols) tokens
     assert want[:16].max() < kept, (want[:16], kept)
   xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
   np.testing.assert_array_equal(np.asarray(f(keys, xs)), want)
+  assert_masses_only(f.lower(keys, xs).compile(), rows, N)
 
 
 def test_filtered_vocab_split_masses_float64(x64):
   """float64 logits: z's radix key has 64 bits, six levels (11 x 5 + 9)."""
   with x64(True):
-    x = split_rows().astype(np.float64)
+    x = split_rows(cols=MASS_COLS).astype(np.float64)
     t = SPLIT_T.astype(np.float64)
     f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t, top_p=0.7, min_p=0.01))
     key = jax.random.key(9)
@@ -1244,7 +1266,7 @@ def test_filtered_vocab_split_masses_batch_dims_and_runs(keys):
   per run inside sample_block), with the masses exchanged inside each run."""
   if jax.device_count() < 4:
     pytest.skip("a 2x2 mesh needs 4 devices")
-  x = 2.0 * randn((4, 8, 1000), seed=14)
+  x = 2.0 * randn((4, 8, 20000), seed=14)
   key = jax.random.key(12)
   key = jax.random.split(key, (4, 8)) if keys == "per_row" else key
   t = np.linspace(0.0, 1.5, 32, dtype=np.float32).reshape(4, 8)
@@ -1255,4 +1277,5 @@ def test_filtered_vocab_split_masses_batch_dims_and_runs(keys):
     xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
     np.testing.assert_array_equal(np.asarray(f(key, xs)), want, err_msg=str(spec))
     text = f.lower(key, xs).compile().as_text()
-    assert max(s for _, sizes in collectives(text) for s in sizes) <= 32 * 2048 * 3, text
+    assert "jax_argreduce_top_p_level_cpu" in text or PLATFORM == "cuda", text
+    assert max(s for _, sizes in collectives(text) for s in sizes) < 32 * 20000 // 2, text
