@@ -1066,24 +1066,33 @@ def test_filtered_vocab_split_exchanges_candidates(mesh, spec, rows, shards, kw,
   assert_sample_candidates(compiled, rows, shards, kb)
 
 
+@pytest.mark.parametrize("exchange", ["candidates", "masses"])
 @pytest.mark.parametrize("keys", ["shared", "per_row"])
-def test_filtered_vocab_split_batch_dims_and_runs(keys):
+def test_filtered_vocab_split_batch_dims_and_runs(keys, exchange):
   """Batch dimensions, and blocks whose rows are not consecutive counters (seq split: one
-  sampler call per run, sample_block), with candidates exchanged inside each run."""
+  sampler call per run, sample_block), with candidates (a top-k bound) or top-p's masses (no
+  top-k; wide rows) exchanged inside each run."""
   if jax.device_count() < 4:
     pytest.skip("a 2x2 mesh needs 4 devices")
-  x = 2.0 * randn((4, 8, 1000), seed=13)
+  cols = 1000 if exchange == "candidates" else 20000
+  x = 2.0 * randn((4, 8, cols), seed=13)
   key = jax.random.key(11)
   key = jax.random.split(key, (4, 8)) if keys == "per_row" else key
   t = np.linspace(0.0, 1.5, 32, dtype=np.float32).reshape(4, 8)
-  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t, top_k=20, top_p=0.9))
+  kw = (dict(top_k=20, top_p=0.9) if exchange == "candidates" else
+        dict(top_p=np.linspace(0.1, 1.0, 32, dtype=np.float32).reshape(4, 8), min_p=0.02))
+  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t, **kw))
   want = np.asarray(f(key, x))
   for spec in (P("a", None, "b"), P(None, "a", "b")):
     xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
     np.testing.assert_array_equal(np.asarray(f(key, xs)), want, err_msg=str(spec))
     text = f.lower(key, xs).compile().as_text()
-    assert all(op == "all-gather" and max(sizes) <= 32 * 2 * 32
-               for op, sizes in collectives(text)), collectives(text)
+    if exchange == "candidates":
+      assert all(op == "all-gather" and max(sizes) <= 32 * 2 * 32
+                 for op, sizes in collectives(text)), collectives(text)
+    else:
+      assert "jax_argreduce_top_p_level_cpu" in text or PLATFORM == "cuda", text
+      assert max(s for _, sizes in collectives(text) for s in sizes) < 32 * cols // 2, text
 
 
 @pytest.mark.parametrize("top_k,gathered", [(5, False), (20, True), (64, True)])
@@ -1258,24 +1267,3 @@ def test_filtered_vocab_split_masses_float64(x64):
     xs = jax.device_put(x, NamedSharding(mesh_1d(), P(None, "d")))
     np.testing.assert_array_equal(np.asarray(f(key, xs)), want)
     assert_masses_only(f.lower(key, xs).compile(), ROWS, N, levels=6, last=512)
-
-
-@pytest.mark.parametrize("keys", ["shared", "per_row"])
-def test_filtered_vocab_split_masses_batch_dims_and_runs(keys):
-  """Batch dimensions, and blocks whose rows are not consecutive counters (seq split: one call
-  per run inside sample_block), with the masses exchanged inside each run."""
-  if jax.device_count() < 4:
-    pytest.skip("a 2x2 mesh needs 4 devices")
-  x = 2.0 * randn((4, 8, 20000), seed=14)
-  key = jax.random.key(12)
-  key = jax.random.split(key, (4, 8)) if keys == "per_row" else key
-  t = np.linspace(0.0, 1.5, 32, dtype=np.float32).reshape(4, 8)
-  p = np.linspace(0.1, 1.0, 32, dtype=np.float32).reshape(4, 8)
-  f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=t, top_p=p, min_p=0.02))
-  want = np.asarray(f(key, x))
-  for spec in (P("a", None, "b"), P(None, "a", "b")):
-    xs = jax.device_put(x, NamedSharding(mesh_2d(), spec))
-    np.testing.assert_array_equal(np.asarray(f(key, xs)), want, err_msg=str(spec))
-    text = f.lower(key, xs).compile().as_text()
-    assert "jax_argreduce_top_p_level_cpu" in text or PLATFORM == "cuda", text
-    assert max(s for _, sizes in collectives(text) for s in sizes) < 32 * 20000 // 2, text
