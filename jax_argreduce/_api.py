@@ -62,7 +62,7 @@ def reduce(x, axis=None, keepdims=False, *, op: str = "argmax", method: str = "a
   mesh axis (or tuple of axes) the reduction axis of ``x`` is split over. Returns indices, or
   (values, indices)."""
   is_min, with_value = OPS[op]
-  _dispatch.check_method(method)
+  _dispatch.check_method(method, op)
   _check_arraylike(op, x)
   x = jnp.asarray(x)
   keepdims = bool(keepdims)
@@ -257,7 +257,8 @@ def top_k(a, k: int, axis: int = -1, *, method: str = "auto", axis_name=None
   try:
     k = operator.index(k)
   except TypeError:
-    raise TypeError(f"{name}: k must be an int, got {type(k).__name__}") from None
+    raise TypeError(f"{name}: k must be an int, got {type(k).__name__} (k sets the result's "
+                    "shape: a traced value cannot; mark it static under jit)") from None
   if x.ndim == 0:
     raise TypeError(f"{name}: operand must have at least one dimension, got shape ()")
   try:
@@ -276,7 +277,7 @@ def top_k(a, k: int, axis: int = -1, *, method: str = "auto", axis_name=None
   if is_constant_dim(cols) and cols - 1 > np.iinfo(np.int32).max:
     index_dtype = dtypes.canonicalize_dtype(np.int64)
     _check_axis_length(name, cols, index_dtype, axis_word="selection")
-  _dispatch.check_method(method)
+  _dispatch.check_method(method, name)
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)
   if axis != x.ndim - 1:
@@ -481,7 +482,7 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
     raise ValueError(f"{name}: the category axis has {cols} elements; categorical samples "
                      f"rows of at most {_dispatch.INT32_MAX} (2**31 - 1) categories")
   temperature = _params.check(_params.TEMPERATURE, temperature, name)
-  _dispatch.check_method(method)
+  _dispatch.check_method(method, name)
   if isinstance(axis_name, list):
     axis_name = tuple(axis_name)
   filters = [_params.check(p, v, name) for p, v in zip(_params.FILTERS, (top_k, top_p, min_p))]
@@ -490,7 +491,7 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
       raise NotImplementedError(f"{name}: top_k, top_p and min_p with axis_name (a vocabulary "
                                 "split inside shard_map) are not supported yet")
     return _filtered_categorical(key, logits, temperature, *filters, axis=axis,
-                                 method=_dispatch.check_method(method),
+                                 method=method,
                                  k_bound=_params.k_bound(filters[0], top_k_bound, name,
                                                          cols if is_constant_dim(cols) else None),
                                  has_top_p=filters[1] is not None)

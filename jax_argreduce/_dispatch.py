@@ -198,11 +198,12 @@ OPS = {
 }
 
 
-def check_method(method: str) -> str:
-  """``method``, checked once where a public op takes it (ValueError otherwise); every path
-  below takes it as checked."""
+def check_method(method: str, op: str = "") -> str:
+  """``method``, checked once where a public op (named ``op`` in the error) takes it
+  (ValueError otherwise); every path below takes it as checked."""
   if method not in METHODS:
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    raise ValueError(f"{op + ': ' if op else ''}method must be one of {METHODS}, got "
+                     f"{method!r}")
   return method
 
 

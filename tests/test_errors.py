@@ -235,16 +235,18 @@ def test_invalid_method(op):
   """``method`` is checked once, by the public op that takes it (_dispatch.check_method), for
   every dtype (ints too, which never reach a primitive)."""
   for x in (np.ones(3, np.float32), np.ones(3, np.int32)):
-    with pytest.raises(ValueError, match="method"):
+    with pytest.raises(ValueError, match=f"^{op}: method"):
       _api.reduce(x, None, False, op=op, method="cuda")
 
 
 def test_invalid_method_top_k_and_categorical():
   x = np.ones((2, 3), np.float32)
-  with pytest.raises(ValueError, match="method"):
+  with pytest.raises(ValueError, match="^top_k: method"):
     jax_argreduce.top_k(x, 2, method="cuda")
-  with pytest.raises(ValueError, match="method"):
+  with pytest.raises(ValueError, match="^categorical: method"):
     jax_argreduce.categorical(jax.random.key(0), x, method="cuda")
+  with pytest.raises(ValueError, match="^categorical: method"):
+    jax_argreduce.categorical(jax.random.key(0), x, top_p=0.5, method="cuda")
   with pytest.raises(ValueError, match="method"):
     _dispatch.check_method("cuda")
 
