@@ -38,10 +38,13 @@ Modes (one process, same inputs for ours and the reference; timing in benchmarks
   example   examples/sample.py's own decode step (vocab 202048, batch 8, dim 256, 2 layers,
             heads 4), greedy and sample, float32 and bfloat16: device span per step, ours vs
             the reference picker, same run.
-  sharded   issue 11: a 1-D mesh over all devices, rows sharded and vocab sharded inputs:
-            span per call (largest per-device span), ours vs ``jnp.argmax`` on the same sharded
-            input and both on one device; the collectives in each compiled module; results vs
-            numpy. Off-GPU it runs on ``--host-devices`` (4) virtual CPU devices.
+  sharded   issues 11, 45: a 1-D mesh over all devices, rows sharded and vocab sharded
+            inputs: span per call (largest per-device span), ours vs the reference on the same
+            sharded input and both on one device; the collectives in each compiled module;
+            ours vs the one-device result. argmax (vs ``jnp.argmax`` and numpy) unless
+            ``--ops`` names top_k (vs ``lax.top_k``) or filtered_categorical (vs the JAX
+            sampler; ours must equal our unsharded sample). Off-GPU it runs on
+            ``--host-devices`` (4) virtual CPU devices.
   all       chain,isolated,example.
 
 Outputs go to ``--out DIR`` (default: a new temporary folder, printed), never into the source
@@ -66,6 +69,8 @@ runs tiny shapes with few iterations (CPU smoke test of every mode).
         --filters k50p0.9,p0.9,minp0.05 --shapes 1x202048,8x202048,64x128256,256x202048
     python3 benchmarks/bench.py isolated --methods kernel --variants "base=;nopdl=pdl:false"
     python3 benchmarks/bench.py sharded                            # on the 2-GPU machine
+    python3 benchmarks/bench.py sharded --ops argmax,top_k,filtered_categorical --ks 50 \
+        --filters k50p0.9,p0.9 --shapes 8x202048,32x202048,256x202048   # issue 45
     python3 benchmarks/bench.py all --quick --cpu-events           # CPU smoke test
 """
 
@@ -1011,9 +1016,21 @@ def run_example(ctx: Ctx) -> dict:
 # sharded (issue 11)
 
 
+def sharded_labels(a) -> list[str]:
+  """The picks of the sharded mode: argmax, top_k and the filtered sampler among ``--ops``
+  (issue 45), argmax alone where none of them is named."""
+  labels = [lab for lab in a.pick_list
+            if lab == "argmax" or lab.startswith(("top_k@", "categorical@"))]
+  return labels or ["argmax"]
+
+
 def run_sharded(ctx: Ctx) -> dict:
+  """Each pick on a 1-D mesh over all devices, rows split and vocab split, beside its
+  reference on the same sharded inputs and both on one device; ours must equal the one-device
+  result (argmax: numpy; top_k: ``lax.top_k``; the sampler: our unsharded sample, SPEC §1f's
+  invariance), and the compiled HLO's collectives are listed."""
   a, jax, jnp, np = ctx.args, ctx.jax, ctx.jnp, ctx.np
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+  from jax.sharding import NamedSharding, PartitionSpec as P
   devices = jax.devices()
   n = len(devices)
   if n < 2:
@@ -1028,33 +1045,56 @@ def run_sharded(ctx: Ctx) -> dict:
   todo = todo or [t for t in (QUICK_SHARDED if a.quick else targets_mod.SHARDED_CASES)
                   if t[0] in a.dtype_list]
   groups = []
-  for dtype, R, C in todo:
-    tag = f"{SHORT[dtype]}_{R}x{C}"
-    single = make_inputs(ctx, (R, C), dtype, a.inputs, "sharded")
-    want = [np.argmax(np.asarray(x), axis=-1) for x in single]
-    base = {"dtype": dtype, "rows": R, "cols": C, "n": n}
-    singles = {
-        "ours": compiled_case(ctx, "single_ours_" + tag, "sh_single_ours_" + tag,
-                              lambda x: reduce(x, "argmax"), [(x,) for x in single]),
-        "ref": compiled_case(ctx, "single_ref_" + tag, "sh_single_ref_" + tag,
-                             lambda x: jnp.argmax(x, axis=-1), [(x,) for x in single])}
-    for layout, spec in specs.items():
-      if (R if layout == "rows" else C) % n:
-        ctx.note(f"sharded {tag} {layout}: {R if layout == 'rows' else C} does not "
-                         f"divide over {n} devices: skipped")
-        continue
-      xs = [jax.device_put(x, NamedSharding(mesh, spec)) for x in single]
-      g = {**base, "layout": layout, "singles": singles, "cases": {
-          "ours": compiled_case(ctx, f"sh_ours_{layout}_{tag}", f"sh_ours_{layout}_{tag}",
-                                lambda x: reduce(x, "argmax"), [(x,) for x in xs]),
-          "ref": compiled_case(ctx, f"sh_ref_{layout}_{tag}", f"sh_ref_{layout}_{tag}",
-                               lambda x: jnp.argmax(x, axis=-1), [(x,) for x in xs])}}
-      for k, c in g["cases"].items():
-        c.meta["exact"] = all(np.array_equal(np.asarray(c.call(i)), want[i])
-                              for i in range(len(xs)))
-        if not c.meta["exact"]:
-          ctx.note(f"MISMATCH: sharded {tag} {layout} {k} differs from numpy")
-      groups.append(g)
+  for label in sharded_labels(a):
+    pick = pick_of(ctx, label)
+    if not has_op(pick.op):
+      ctx.note(f"sharded: jax_argreduce has no {pick.op} yet: skipped")
+      continue
+    ours = pick.ours("auto")
+    for dtype, R, C in todo:
+      tag = f"{_safe(label)}_{SHORT[dtype]}_{R}x{C}"
+      single = make_inputs(ctx, (R, C), dtype, a.inputs, "sharded")
+      inputs = [(x, jax.random.key(i)) for i, x in enumerate(single)]
+      base = {"op": label, "dtype": dtype, "rows": R, "cols": C, "n": n,
+              "ref_label": pick.ref_label}
+      singles = {
+          "ours": compiled_case(ctx, "single_ours_" + tag, "sh_single_ours_" + tag, ours,
+                                inputs),
+          "ref": compiled_case(ctx, "single_ref_" + tag, "sh_single_ref_" + tag, pick.ref,
+                               inputs)}
+      if label == "argmax":
+        wants = [np.argmax(np.asarray(x), axis=-1) for x in single]
+        exact = lambda got, i, _ref: bool(np.array_equal(np.asarray(got), wants[i]))
+      elif pick.op == "top_k":
+        wants = [singles["ref"].call(i) for i in range(len(inputs))]
+        exact = lambda got, i, _ref: pick.check(got, wants[i], single[i])
+      else:  # the sampler: the unsharded sample (ours), and the reference's own
+        wants = {impl: [c.call(i) for i in range(len(inputs))] for impl, c in singles.items()}
+        exact = lambda got, i, ref: bool(np.array_equal(
+            np.asarray(got), np.asarray(wants["ref" if ref else "ours"][i])))
+      for layout, spec in specs.items():
+        if (R if layout == "rows" else C) % n:
+          ctx.note(f"sharded {tag} {layout}: {R if layout == 'rows' else C} does not "
+                   f"divide over {n} devices: skipped")
+          continue
+        xs = [(jax.device_put(x, NamedSharding(mesh, spec)), key) for x, key in inputs]
+        ref = pick.ref
+        if layout == "vocab" and label != "argmax":
+          # lax.top_k and sort refuse an explicitly split axis: what a JAX user writes is a
+          # reshard of the vocabulary (a gather), then the op.
+          whole = NamedSharding(mesh, P(None, None))
+          ref = lambda x, key, f=pick.ref: f(jax.sharding.reshard(x, whole), key)
+        g = {**base, "layout": layout, "singles": singles, "cases": {
+            "ours": compiled_case(ctx, f"sh_ours_{layout}_{tag}", f"sh_ours_{layout}_{tag}",
+                                  ours, xs),
+            "ref": compiled_case(ctx, f"sh_ref_{layout}_{tag}", f"sh_ref_{layout}_{tag}",
+                                 ref, xs)}}
+        for k, c in g["cases"].items():
+          c.meta["exact"] = all(exact(c.call(i), i, k == "ref") for i in range(len(xs)))
+          if not c.meta["exact"] and k == "ours":
+            ctx.note(f"MISMATCH: sharded {tag} {layout} {k} differs from the one-device "
+                     "result")
+        groups.append(g)
   cases = list({id(c): c for g in groups for c in (*g["cases"].values(),
                                                    *g["singles"].values())}.values())
   tr = run_session(ctx, cases, "sharded")
@@ -1062,9 +1102,9 @@ def run_sharded(ctx: Ctx) -> dict:
   for g in groups:
     o, r = g["cases"]["ours"], g["cases"]["ref"]
     rows.append({
-        "mode": "sharded", "op": "argmax", "dtype": g["dtype"], "rows": g["rows"],
+        "mode": "sharded", "op": g["op"], "dtype": g["dtype"], "rows": g["rows"],
         "cols": g["cols"], "shape": f"{g['rows']}x{g['cols']}", "layout": g["layout"],
-        "impl": "ours", "ref": "jnp.argmax", "devices": g["n"],
+        "impl": "ours", "ref": g["ref_label"], "devices": g["n"],
         "ours_us": span(o), "ref_us": span(r), "ratio": _div(span(o), span(r)),
         "delta_us": _sub(span(o), span(r)),
         "single_ours_us": span(g["singles"]["ours"]), "single_ref_us": span(g["singles"]["ref"]),
@@ -1134,13 +1174,14 @@ COLUMNS = {
     ],
     "sharded": [
         ("shape", lambda r: r["shape"]), ("dtype", lambda r: r["dtype"]),
-        ("sharded", lambda r: r["layout"]), ("devices", lambda r: _f(r["devices"], "d")),
-        ("ours µs", lambda r: _f(r["ours_us"])), ("jnp µs", lambda r: _f(r["ref_us"])),
-        ("ours/jnp", lambda r: _f(r["ratio"])),
-        ("1 device ours / jnp µs", lambda r: _pair(r["single_ours_us"], r["single_ref_us"])),
+        ("op", lambda r: r.get("op", "argmax")), ("sharded", lambda r: r["layout"]),
+        ("devices", lambda r: _f(r["devices"], "d")),
+        ("ours µs", lambda r: _f(r["ours_us"])), ("ref µs", lambda r: _f(r["ref_us"])),
+        ("ours/ref", lambda r: _f(r["ratio"])),
+        ("1 device ours / ref µs", lambda r: _pair(r["single_ours_us"], r["single_ref_us"])),
         ("ours collectives", lambda r: ", ".join(r["ours_collectives"]) or "none"),
-        ("jnp collectives", lambda r: ", ".join(r["ref_collectives"]) or "none"),
-        ("exact o/j", lambda r: _pair(r["exact"], r["ref_exact"])),
+        ("ref collectives", lambda r: ", ".join(r["ref_collectives"]) or "none"),
+        ("exact o/r", lambda r: _pair(r["exact"], r["ref_exact"])),
     ],
 }
 TITLES = {"chain": "In-chain (SPEC §3b): device time per decode-like step",
