@@ -1029,7 +1029,7 @@ def run_sharded(ctx: Ctx) -> dict:
   reference on the same sharded inputs and both on one device; ours must equal the one-device
   result (argmax: numpy; top_k: ``lax.top_k``; the sampler: our unsharded sample, SPEC §1f's
   invariance), and the compiled HLO's collectives are listed."""
-  a, jax, jnp, np = ctx.args, ctx.jax, ctx.jnp, ctx.np
+  a, jax, np = ctx.args, ctx.jax, ctx.np
   from jax.sharding import NamedSharding, PartitionSpec as P
   devices = jax.devices()
   n = len(devices)
