@@ -903,14 +903,16 @@ def _split_draw_block(keys, logits, temperature, top_k, top_p, min_p, offsets, t
                                          index_dtype=index_dtype, method=method)
   flat_keys = keys.reshape(math.prod(keys.shape[:-1]), 2)
   flat_params = [p.reshape(math.prod(p.shape)) for p in params]
+  # The filtered handler's factors (no columns operand), then the exchanged stages'.
+  (*operand_f, _), result_f = _filtered_factors(typeof(keys), aval, [typeof(p) for p in params],
+                                                typeof(NO_COLUMNS))
   rows = _row_factors(aval.ndim - 1)
   factors = lambda v, name: tuple(f"{name}{i}" for i in range(v.ndim))
   return call_handler(
       "split_filtered_draw", platform, [flat_keys, logits, *flat_params, offsets, tops, above,
                                         counts],
-      avals_out, [("nk", "two"), rows + ("cols",), ("nt",), ("nk_",), ("np",), ("nm",),
-                  ("no",), rows + ("shards",), factors(above, "a"), factors(counts, "c")],
-      [rows, rows])
+      avals_out, [*operand_f, rows + ("shards",), factors(above, "a"), factors(counts, "c")],
+      result_f)
 
 
 def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound, has_top_p,
