@@ -167,7 +167,7 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
   (void)k_bound;  // the CUDA handler's top-k path; one CPU path serves every row
   const std::string op = "jax_argreduce filtered categorical (cpu)";
   auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
-                                       columns, *noisy_max, *indices, op);
+                                       &columns, *noisy_max, *indices, op);
   if (!decoded.has_value()) return decoded.error();
   const RowView& view = decoded->view;
   const SampleFilters& filters = decoded->filters;
@@ -313,12 +313,12 @@ ffi::Error SplitFilteredDrawCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
                                     ffi::Result<ffi::AnyBuffer> noisy_max,
                                     ffi::Result<ffi::AnyBuffer> indices) {
   const std::string op = "jax_argreduce split filtered draw (cpu)";
-  auto view = DecodeRows(logits, *indices, nullptr, op);
-  if (!view.has_value()) return view.error();
-  auto sampler = DecodeSampler(*view, keys, temperature, offsets, &*noisy_max, op);
-  if (!sampler.has_value()) return sampler.error();
-  auto filters = DecodeSampleFilters(top_k, top_p, min_p, view->rows, op);
-  if (!filters.has_value()) return filters.error();
+  auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
+                                       nullptr, *noisy_max, *indices, op);
+  if (!decoded.has_value()) return decoded.error();
+  const RowView* view = &decoded->view;
+  const SamplerView* sampler = &decoded->sampler;
+  const SampleFilters* filters = &decoded->filters;
   if (view->rows == 0) return ffi::Error::Success();
   if (!sampler->has_offsets) {
     return ffi::Error::InvalidArgument(op + ": the offsets (row, column) must be given");

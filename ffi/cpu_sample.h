@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -99,15 +100,7 @@ struct FilteredSamplerCpu {
     int64_t shard;
   };
   static SplitTop TopOfShards(const Bits* tops, int64_t shards, const Row& r) {
-    int64_t best = 0;
-    uint64_t best_key = SortKey(r.Scaled(tops[0]));
-    for (int64_t s = 1; s < shards; ++s) {
-      const uint64_t key = SortKey(r.Scaled(tops[s]));
-      if (key > best_key) {
-        best_key = key;
-        best = s;
-      }
-    }
+    const int64_t best = FirstToken(tops, shards, r);  // the tops as a row: shard order
     return SplitTop{r.Scaled(tops[best]), best};
   }
 
@@ -211,21 +204,14 @@ struct FilteredSamplerCpu {
       ties_kept = std::clamp<int64_t>(kept - ties_before, 0, counts[shard * size + d]);
     }
 
-    auto& masked = scratch.masked;
-    masked.resize((static_cast<size_t>(cols) * sizeof(Bits) + 7) / 8);
-    Bits* row = reinterpret_cast<Bits*>(masked.data());
-    bool any = false;
-    int64_t ties_seen = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const Noise z = r.Scaled(x[c]);
+    int64_t ties_seen = 0;  // the kept predicate runs once per column, in column order
+    const std::optional<Pair> best = DrawKept(x, cols, r, scratch, [&](int64_t, Noise z) {
       const uint64_t key = SortKey(z);
       bool kept = key > bar;
       if (key == bar && FixedMass(z, top.z_max) > 0) kept = ties_seen++ < ties_kept;
-      kept = kept && MassExponent(z, top.z_max) >= d_floor;
-      row[c] = kept ? x[c] : kNegInf;
-      any |= kept;
-    }
-    return any ? ScanRowCpu<Policy>(row, cols, r) : lose;
+      return kept && MassExponent(z, top.z_max) >= d_floor;
+    });
+    return best.value_or(lose);
   }
 
  private:
@@ -345,19 +331,32 @@ struct FilteredSamplerCpu {
     // y = -inf never wins while a kept token (finite z: z_max > -inf) remains, and whose
     // bounds skip the noise of tokens that cannot win.
     const float d_floor = f.HasMinP() ? MinPFloor(f.min_p) : -INFINITY;
+    const std::optional<Pair> best = DrawKept(x, cols, r, scratch, [&](int64_t c, Noise z) {
+      return !(bar > SelectItem{SortKey(z), c}) && MassExponent(z, z_max) >= d_floor;
+    });
+    // The top token is kept by any filter in range (its E is 1, the mass before it 0); with
+    // min_p > 1 or p <= 0 (traced values are not checked) nothing would be: the top token.
+    return best.has_value() ? *best : Draw(x, r, top_col);
+  }
+
+  // The draw over the tokens `kept(column, z)` keeps (called once per column, in column
+  // order): the unfiltered scan over the row with its dropped tokens set to -inf, whose
+  // y = -inf never wins while a kept token (finite z) remains, and whose bounds skip the noise
+  // of tokens that cannot win. Empty where none is kept.
+  template <class Kept>
+  static std::optional<Pair> DrawKept(const Bits* x, int64_t cols, const Row& r,
+                                      SampleScratch& scratch, Kept&& kept) {
     auto& masked = scratch.masked;
     masked.resize((static_cast<size_t>(cols) * sizeof(Bits) + 7) / 8);
     Bits* row = reinterpret_cast<Bits*>(masked.data());
     bool any = false;
     for (int64_t c = 0; c < cols; ++c) {
-      const Noise z = r.Scaled(x[c]);
-      const bool kept = !(bar > SelectItem{SortKey(z), c}) && MassExponent(z, z_max) >= d_floor;
-      row[c] = kept ? x[c] : kNegInf;
-      any |= kept;
+      const bool keep = kept(c, r.Scaled(x[c]));
+      row[c] = keep ? x[c] : kNegInf;
+      any |= keep;
     }
-    // The top token is kept by any filter in range (its E is 1, the mass before it 0); with
-    // min_p > 1 or p <= 0 (traced values are not checked) nothing would be: the top token.
-    return any ? ScanRowCpu<Policy>(row, cols, r) : Draw(x, r, top_col);
+    if (!any) return std::nullopt;
+    return ScanRowCpu<Policy>(row, cols, r);
   }
 
   // -inf in the logits' format.
@@ -381,13 +380,10 @@ struct FilteredSamplerCpu {
     // The bucket of the crossing: the first (from the top) whose end reaches p of the total.
     // Tokens of mass 0 are never kept (p < 1: the mass before them is the total), so the
     // crossing lies in a bucket of positive mass, after a prefix whose mass is below p.
+    // (p <= 0, traced: the top token's bucket, not an empty one.)
     uint64_t before = 0;
-    int64_t b = static_cast<int64_t>(buckets.size()) - 1;
-    for (; b > 0; --b) {
-      if (buckets[b] == 0) continue;  // (p <= 0, traced: the top token's bucket, not an empty one)
-      if (!MassBelow(before + buckets[b], p, total)) break;
-      before += buckets[b];
-    }
+    const int64_t b = CrossingDigit(buckets.data(), static_cast<int64_t>(buckets.size()), p,
+                                    total, before);
     auto& items = scratch.items;
     items.clear();
     for (int64_t c = 0; c < cols; ++c) {

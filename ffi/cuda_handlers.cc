@@ -246,7 +246,7 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
                                        ffi::Result<ffi::AnyBuffer> workspace, int64_t k_bound) {
   const std::string op = "jax_argreduce filtered categorical (cuda)";
   auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
-                                       columns, *noisy_max, *indices, op);
+                                       &columns, *noisy_max, *indices, op);
   if (!decoded.has_value()) return decoded.error();
   const RowView& view = decoded->view;
   const SamplerView& sampler = decoded->sampler;

@@ -207,7 +207,8 @@ inline xla::ffi::ErrorOr<SampleFilters> DecodeSampleFilters(const xla::ffi::AnyB
 // The filtered sampler's operands, decoded once for the CPU and CUDA handlers: the logits as
 // rows, the sampler's (keys, temperature, offsets, noisy maxima), the three filters and the
 // columns: int32, one per logit (a split vocabulary's candidates: each element's global
-// column, cpu_sample.h), or none (an empty operand: each element's own column).
+// column, cpu_sample.h), or none (an empty operand, or nullptr for a handler without that
+// operand: each element's own column).
 struct FilteredSamplerView {
   RowView view;
   SamplerView sampler;
@@ -218,7 +219,7 @@ inline xla::ffi::ErrorOr<FilteredSamplerView> DecodeFilteredSampler(
     const xla::ffi::AnyBuffer& keys, const xla::ffi::AnyBuffer& logits,
     const xla::ffi::AnyBuffer& temperature, const xla::ffi::AnyBuffer& top_k,
     const xla::ffi::AnyBuffer& top_p, const xla::ffi::AnyBuffer& min_p,
-    const xla::ffi::AnyBuffer& offsets, const xla::ffi::AnyBuffer& columns,
+    const xla::ffi::AnyBuffer& offsets, const xla::ffi::AnyBuffer* columns,
     const xla::ffi::AnyBuffer& noisy_max, const xla::ffi::AnyBuffer& indices,
     const std::string& op) {
   namespace ffi = xla::ffi;
@@ -228,15 +229,16 @@ inline xla::ffi::ErrorOr<FilteredSamplerView> DecodeFilteredSampler(
   if (!sampler.has_value()) return ffi::Unexpected(sampler.error());
   auto filters = DecodeSampleFilters(top_k, top_p, min_p, view->rows, op);
   if (!filters.has_value()) return ffi::Unexpected(filters.error());
-  const int64_t column_count = static_cast<int64_t>(columns.element_count());
-  if (columns.element_type() != ffi::DataType::S32 ||
+  const int64_t column_count =
+      columns == nullptr ? 0 : static_cast<int64_t>(columns->element_count());
+  if ((columns != nullptr && columns->element_type() != ffi::DataType::S32) ||
       (column_count != 0 && column_count != view->rows * view->cols)) {
     return ffi::Unexpected(ffi::Error::InvalidArgument(
         op + ": columns must be int32, one per logit (" + std::to_string(view->rows * view->cols) +
         ") or none, got " + std::to_string(column_count)));
   }
   const auto* column_data =
-      column_count != 0 ? static_cast<const int32_t*>(columns.untyped_data()) : nullptr;
+      column_count != 0 ? static_cast<const int32_t*>(columns->untyped_data()) : nullptr;
   return FilteredSamplerView{*view, *sampler, *filters, column_data};
 }
 
