@@ -163,8 +163,9 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
                                       ffi::AnyBuffer min_p, ffi::AnyBuffer offsets,
                                       ffi::AnyBuffer columns,
                                       ffi::Result<ffi::AnyBuffer> noisy_max,
-                                      ffi::Result<ffi::AnyBuffer> indices, int64_t k_bound) {
-  (void)k_bound;  // the CUDA handler's top-k path; one CPU path serves every row
+                                      ffi::Result<ffi::AnyBuffer> indices, int64_t k_bound,
+                                      bool has_top_p) {
+  (void)k_bound, (void)has_top_p;  // the CUDA handler's paths; one CPU path serves every row
   const std::string op = "jax_argreduce filtered categorical (cpu)";
   auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
                                        &columns, *noisy_max, *indices, op);
@@ -436,7 +437,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCpu, FilteredCategoricalCpuImpl
                                   .Arg<ffi::AnyBuffer>()   // columns: [..., cols] int32, or [0]
                                   .Ret<ffi::AnyBuffer>()   // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>()   // indices: [...] int32 or int64
-                                  .Attr<int64_t>("k_bound"));  // > 0: top_k in [1, it]; -1: none
+                                  .Attr<int64_t>("k_bound")   // > 0: top_k in [1, it]; -1: none
+                                  .Attr<bool>("has_top_p"));  // false: top_p is 1 everywhere
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TopPLevelCpu, TopPLevelCpuImpl,
                               ffi::Ffi::Bind()

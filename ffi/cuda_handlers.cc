@@ -243,7 +243,8 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
                                        ffi::AnyBuffer columns,
                                        ffi::Result<ffi::AnyBuffer> noisy_max,
                                        ffi::Result<ffi::AnyBuffer> indices,
-                                       ffi::Result<ffi::AnyBuffer> workspace, int64_t k_bound) {
+                                       ffi::Result<ffi::AnyBuffer> workspace, int64_t k_bound,
+                                       bool has_top_p) {
   const std::string op = "jax_argreduce filtered categorical (cuda)";
   auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
                                        &columns, *noisy_max, *indices, op);
@@ -299,6 +300,7 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
     launch.temperature = temperature.untyped_data();
     launch.temperature_per_row = sampler.temperature_per_row;
     launch.k_bound = k_bound;
+    launch.has_top_p = has_top_p;
     launch.workspace = workspace->untyped_data();
     launch.workspace_bytes = workspace->size_bytes();
     err = OnDevice(device, [&] { return LaunchFilteredSample(launch); });
@@ -389,7 +391,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCuda, FilteredCategoricalCudaIm
                                   .Ret<ffi::AnyBuffer>()      // noisy_max: [...] float32/64
                                   .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
                                   .Ret<ffi::AnyBuffer>()      // workspace: the top-k, spread paths
-                                  .Attr<int64_t>("k_bound"),  // > 0: top_k in [1, it]; -1: none
+                                  .Attr<int64_t>("k_bound")   // > 0: top_k in [1, it]; -1: none
+                                  .Attr<bool>("has_top_p"),   // false: top_p is 1 everywhere
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_argreduce

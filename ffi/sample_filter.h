@@ -80,6 +80,33 @@ JAX_ARGREDUCE_HD float MinPFloor(float min_p) {
   return -exact_detail::AsFloat(lo);
 }
 
+#ifdef __CUDACC__
+// MinPFloor(min_p) by one warp (every lane calls it and gets the floor): the same predicate
+// searched 32 ways at once over the same magnitudes (7 rounds of one ExpF32 per lane instead of
+// 31 in a row). The predicate is monotone, so the largest magnitude that passes is unique:
+// both searches find it.
+__device__ inline float MinPFloorWarp(float min_p) {
+  if (!(ExpF32(0.0f) >= min_p)) return INFINITY;
+  const uint32_t lane = threadIdx.x % 32;
+  uint32_t lo = 0, hi = 0x7F800000u;  // E(-|lo|) >= min_p; the largest such magnitude <= hi
+  while (lo < hi) {
+    const uint32_t step = (hi - lo + 31) / 32;  // lane i tries lo + (i + 1) * step (<= hi)
+    const uint32_t q = min(hi, lo + (lane + 1) * step);
+    // The lanes that pass are a prefix (q grows with the lane, the predicate falls).
+    const uint32_t pass = __ballot_sync(0xFFFFFFFFu, ExpF32(-exact_detail::AsFloat(q)) >= min_p);
+    if (pass == 0) {
+      hi = min(hi, lo + step) - 1;
+    } else {  // the answer is in [the last passing try, the first failing one)
+      const uint32_t last = 31 - __clz(pass);
+      const uint32_t fail = last < 31 ? min(hi, lo + (last + 2) * step) : hi + 1;
+      lo = min(hi, lo + (last + 1) * step);
+      hi = fail - 1;
+    }
+  }
+  return -exact_detail::AsFloat(lo);
+}
+#endif
+
 // A vocabulary split over devices without a top-k (jax_argreduce/_sharding.py,
 // split_prefix_sample): top-p's last kept token found from exchanged integer masses, never the
 // logits. The levels resolve z's radix key (kKeyBits: 32, or 64 for float64 noise) in digits of

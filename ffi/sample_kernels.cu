@@ -13,7 +13,7 @@
 //       the top digit down); at the full key, the needed-th tied token in column order is found
 //       by a block scan of per-thread counts over contiguous column chunks;
 //   (c) top-p: the total mass S of the top-k set (integer masses, exact in any order), then the
-//       same descent with per-digit mass sums (64-bit shared atomics) down to the full key of
+//       same descent with per-digit mass sums (MassBins: exact integer sums) down to the full key of
 //       the last kept token: the digit where MassBelow(before, p, S) turns false within it.
 //       Ties of that key have equal masses, so how many of them are kept follows from their
 //       count alone (the exact predicate, by bisection), and their last column from a scan as
@@ -68,6 +68,28 @@ __device__ __forceinline__ bool SameHigh(uint64_t key, uint64_t prefix, int low)
   return low >= 64 || ((key ^ prefix) >> low) == 0;
 }
 
+// Exact 64-bit sums of masses per digit in shared memory with 32-bit atomics: sm_90 has no
+// 64-bit shared atomic add (atomicAdd on unsigned long long compiles to a compare-and-swap
+// loop, which the few digits holding most tokens of a level turn into long retries, NOTES try
+// 82). A mass is at most 2^32: its low word is added to lo[d], and a carry out of it (the
+// returned old value shows it) or a mass of 2^32 itself (the top's ties) adds 1 to hi[d]. Sums
+// of at most 2^31 masses keep hi below 2^31.
+struct MassBins {
+  uint32_t* lo;
+  uint32_t* hi;
+
+  __device__ explicit MassBins(uint32_t (&words)[2][kBins]) : lo(words[0]), hi(words[1]) {}
+  __device__ void Add(uint32_t digit, uint64_t mass) const {
+    const uint32_t low = static_cast<uint32_t>(mass);
+    uint32_t carry = static_cast<uint32_t>(mass >> 32);
+    if (low != 0 && atomicAdd(&lo[digit], low) > ~low) ++carry;  // old + low wrapped
+    if (carry != 0) atomicAdd(&hi[digit], carry);
+  }
+  __device__ unsigned long long Sum(int digit) const {
+    return (static_cast<unsigned long long>(hi[digit]) << 32) | lo[digit];
+  }
+};
+
 struct Params {
   const uint32_t* keys;
   int64_t num_keys;
@@ -97,6 +119,7 @@ struct RowSampler {
     union {
       uint32_t count[kBins];
       unsigned long long mass[kBins];
+      uint32_t mass_words[2][kBins];  // MassBins: the low and high words of each digit's sum
     } hist;
     union {
       typename cub::BlockScan<uint32_t, kThreads>::TempStorage count;
@@ -172,6 +195,19 @@ struct RowSampler {
       best = Combine(best, Pair{NoisyKey<F>(r, z, c), static_cast<int32_t>(c)});
     });
     return AllBest(best);
+  }
+
+  // sh.hist's MassBins sums as 64-bit sums in sh.hist.mass, in place (read, barrier, write,
+  // barrier).
+  __device__ void WidenMass() {
+    const MassBins bins(sh.hist.mass_words);
+    unsigned long long sums[kBinsPerThread];
+#pragma unroll
+    for (int i = 0; i < kBinsPerThread; ++i) sums[i] = bins.Sum(threadIdx.x + i * kThreads);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kBinsPerThread; ++i) sh.hist.mass[threadIdx.x + i * kThreads] = sums[i];
+    __syncthreads();
   }
 
   // One descent level's digit: in[d] for the digits d of the level (kBins of them, unused ones
@@ -275,13 +311,15 @@ struct RowSampler {
       const uint64_t mask = (uint64_t{1} << width) - 1;
       for (int i = threadIdx.x; i < kBins; i += kThreads) sh.hist.mass[i] = 0;
       __syncthreads();
+      const MassBins bins(sh.hist.mass_words);
       ForEach([&](int64_t c, Noise z) {
         const uint64_t key = SortKey(z);
         if (!SameHigh(key, prefix, low) || After(set, key, c)) return;
         const uint64_t w = MassOf(z, z_max);
-        if (w != 0) atomicAdd(&sh.hist.mass[(key >> shift) & mask], w);
+        if (w != 0) bins.Add(static_cast<uint32_t>((key >> shift) & mask), w);
       });
       __syncthreads();
+      WidenMass();
       // The bucket's first token is kept (the mass before it is `before`), and the mass
       // through its last one is not below p * total (the bucket was picked so; at the top,
       // total itself), so exactly one digit holds the crossing: the first token after it
@@ -368,7 +406,8 @@ __global__ void __launch_bounds__(kThreads) FilteredSampleKernel(Params p) {
 // a row's kept set is top-p's prefix cut by min-p's floor, and every pass splits each row into
 // chunks of columns, one block each, so that a few rows fill the GPU:
 //   1. SpreadTopKernel: each chunk's top token (T == 0: its argmax pair, the row's answer);
-//      zeroes the row's histograms and done count for the passes after it.
+//      zeroes the row's histograms and done count for the passes after it; the first chunk
+//      stores min-p's floor on d (MinPFloorWarp: the draw's blocks read it).
 //   2-4. SpreadLevelKernel<L> (rows with top-p and a finite top): the row's top from the
 //      chunks' pairs; level L's digit masses (11, 11, 10 bits of z's radix key from the top)
 //      over the chunk's tokens whose higher bits are the prefix picked so far, added to the
@@ -379,7 +418,7 @@ __global__ void __launch_bounds__(kThreads) FilteredSampleKernel(Params p) {
 //      key, which are kept in column order, chunk by chunk).
 //   5. SpreadDrawKernel: the bar (the last level's pick gives the full key; MassBelow gives how
 //      many of its ties are kept, and this chunk's share of them follows from the counts of
-//      the chunks before it), min-p as a floor on d (MinPFloor), the draw over the chunk's
+//      the chunks before it), min-p as a floor on d (from the row state), the draw over the chunk's
 //      kept tokens; the row's last block (the done count) combines the chunks' pairs.
 // Every rule is RowSampler's (TopPBar, DrawKept, Sample), so the result is the generic path's
 // and the CPU handler's, bit for bit.
@@ -390,7 +429,8 @@ struct SpreadState {
   uint32_t prefix[2];            // the key bits picked from level 0, 1's histogram
   uint32_t top_only;             // 1: p keeps the top token alone (!MassBelow(0, p, S))
   uint32_t done;                 // the draw's finished blocks
-  uint32_t unused[6];
+  float min_p_floor;             // MinPFloor(min_p) where the row has min-p
+  uint32_t unused[5];
 };
 static_assert(sizeof(SpreadState) == 64, "the layout's 64-byte row states");
 static_assert(kBins == kFilterSpreadBins && kThreads * kBinsPerThread == kBins);
@@ -399,6 +439,7 @@ struct SpreadParams {
   Params p;
   FilterSpreadLayout layout;
   unsigned char* workspace;  // 16-byte aligned
+  bool has_top_p;            // false: the levels were not launched (top_p is ignored)
 };
 
 // A block's chunk of a row on the spread path: the workspace's parts of the row, and the row's
@@ -460,8 +501,10 @@ struct Spread {
   }
 };
 
+// 4 blocks of kThreads per SM (32 registers), as without min-p's floor search: all of the
+// plan's blocks in one wave.
 template <Format F>
-__global__ void __launch_bounds__(kThreads) SpreadTopKernel(SpreadParams sp) {
+__global__ void __launch_bounds__(kThreads, 4) SpreadTopKernel(SpreadParams sp) {
   using Sampler = RowSampler<F>;
   using Pair = typename Sampler::Pair;
   __shared__ typename Sampler::Shared sh;
@@ -485,6 +528,12 @@ __global__ void __launch_bounds__(kThreads) SpreadTopKernel(SpreadParams sp) {
   }
   best = sampler.AllBest(best);
   if (threadIdx.x == 0) s.Pairs(sp.layout.top_offset)[s.chunk_index] = best;
+  // min-p's floor on d, once per row (the draw's blocks read it): the first chunk's first warp.
+  const float min_p = sp.p.min_p[s.row];
+  if (s.chunk_index == 0 && threadIdx.x < 32 && min_p > 0.0f) {
+    const float floor = MinPFloorWarp(min_p);
+    if (threadIdx.x == 0) s.State().min_p_floor = floor;
+  }
 }
 
 template <Format F, int L>
@@ -544,6 +593,7 @@ __global__ void __launch_bounds__(kThreads) SpreadLevelKernel(SpreadParams sp) {
     for (int i = threadIdx.x; i < kFilterSpreadLastBins; i += kThreads) last_counts[i] = 0;
   }
   __syncthreads();
+  const MassBins bins(sh.hist.mass_words);
   for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
     const Noise z = r.Scaled(s.x[c]);
     const uint64_t key = Sampler::SortKey(z);
@@ -551,12 +601,13 @@ __global__ void __launch_bounds__(kThreads) SpreadLevelKernel(SpreadParams sp) {
     const uint32_t digit = static_cast<uint32_t>((key >> kShift) & kMask);
     if constexpr (L == 2) atomicAdd(&last_counts[digit], 1u);
     const uint64_t w = FixedMass(z, z_max);
-    if (w != 0) atomicAdd(&sh.hist.mass[digit], static_cast<unsigned long long>(w));
+    if (w != 0) bins.Add(digit, w);
   }
   __syncthreads();
   unsigned long long* hist = s.Hist(L);
   for (int i = threadIdx.x; i < kBins; i += kThreads) {
-    if (sh.hist.mass[i] != 0) atomicAdd(&hist[i], sh.hist.mass[i]);
+    const unsigned long long sum = bins.Sum(i);
+    if (sum != 0) atomicAdd(&hist[i], sum);
   }
   if constexpr (L == 2) {
     uint32_t* counts = s.Counts(s.chunk_index);
@@ -574,7 +625,9 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
   const Spread<F> s(sp);
   const typename Sampler::Row r = PolicyOf<F>(sp.p).ForRow(s.row);
   Sampler sampler = s.ChunkSampler(sh, r);
-  const RowFilters f{0, sp.p.top_p[s.row], sp.p.min_p[s.row]};
+  // Without the levels' launches a row's p < 1 (a broken promise) is ignored, never a read of
+  // histograms that no pass wrote.
+  const RowFilters f{0, sp.has_top_p ? sp.p.top_p[s.row] : 1.0f, sp.p.min_p[s.row]};
   const Pair top = s.RowBest(sampler, sp.layout.top_offset);
   SpreadState& state = s.State();
   Pair best = Pair::Identity();
@@ -625,7 +678,7 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
       }
       bar = Bar{key, col};
     }
-    const float floor = f.HasMinP() ? MinPFloor(f.min_p) : -INFINITY;
+    const float floor = f.HasMinP() ? state.min_p_floor : -INFINITY;
     for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
       const Noise z = r.Scaled(s.x[c]);
       if (After(bar, Sampler::SortKey(z), c)) continue;
@@ -654,13 +707,16 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
   sp.p.epilogue(s.row, result, s.x);
 }
 
+// Without top-p (a static promise), two launches: the levels would find nothing to do.
 template <Format F>
 void LaunchSpread(const SpreadParams& sp, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(sp.layout.chunks), static_cast<unsigned>(sp.p.rows));
   SpreadTopKernel<F><<<grid, kThreads, 0, stream>>>(sp);
-  SpreadLevelKernel<F, 0><<<grid, kThreads, 0, stream>>>(sp);
-  SpreadLevelKernel<F, 1><<<grid, kThreads, 0, stream>>>(sp);
-  SpreadLevelKernel<F, 2><<<grid, kThreads, 0, stream>>>(sp);
+  if (sp.has_top_p) {
+    SpreadLevelKernel<F, 0><<<grid, kThreads, 0, stream>>>(sp);
+    SpreadLevelKernel<F, 1><<<grid, kThreads, 0, stream>>>(sp);
+    SpreadLevelKernel<F, 2><<<grid, kThreads, 0, stream>>>(sp);
+  }
   SpreadDrawKernel<F><<<grid, kThreads, 0, stream>>>(sp);
 }
 
@@ -696,9 +752,11 @@ cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& l) {
   const uintptr_t aligned = (start + 15) / 16 * 16;
   if (layout.bytes != 0 && l.workspace != nullptr &&
       l.workspace_bytes >= layout.bytes + (aligned - start)) {
-    const SpreadParams sp{params, layout, reinterpret_cast<unsigned char*>(aligned)};
+    const SpreadParams sp{params, layout, reinterpret_cast<unsigned char*>(aligned),
+                          l.has_top_p};
     DispatchFormat(l.format, false, [&](auto f, auto) {
-      if constexpr (decltype(f)::value != Format::kF64) LaunchSpread<decltype(f)::value>(sp, l.stream);
+      constexpr Format kF = decltype(f)::value;
+      if constexpr (kF != Format::kF64) LaunchSpread<kF>(sp, l.stream);
     });
     return cudaGetLastError();
   }

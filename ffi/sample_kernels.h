@@ -39,6 +39,9 @@ struct FilteredSampleLaunch {
   // 16: aligned by hand; a smaller one takes the generic path); otherwise one block per row,
   // no workspace.
   int64_t k_bound = 0;
+  // false: a promise that no row has a top-p (top_p is 1 everywhere); the spread path then
+  // skips its launches of top-p's levels.
+  bool has_top_p = true;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   // Two int32 in device memory, the (row, column) offsets of this block of the global logits

@@ -804,7 +804,7 @@ def _filtered_factors(k_aval, aval, param_avals, c_aval):
 
 
 def _filtered_block(keys, logits, temperature, top_k, top_p, min_p, offsets, *, index_dtype,
-                    method, k_bound, platform):
+                    method, k_bound, has_top_p, platform):
   """filtered_categorical_p's results on a block inside its partition rule (operands as the
   block comment above says; ``offsets``: the block's global counters): the handler call itself
   (:func:`call_handler`) or the XLA path, as _dispatch routes the block."""
@@ -814,13 +814,15 @@ def _filtered_block(keys, logits, temperature, top_k, top_p, min_p, offsets, *, 
   if _dispatch.route("filtered_categorical", platform, aval.shape, aval.dtype, method) == "xla":
     return _filtered_xla(keys, logits, *params, offsets, index_dtype=index_dtype)
   return _filtered_handler(keys, logits, *params, offsets, NO_COLUMNS, index_dtype=index_dtype,
-                           method=method, k_bound=k_bound, platform=platform)
+                           method=method, k_bound=k_bound, has_top_p=has_top_p,
+                           platform=platform)
 
 
 def _filtered_handler(keys, logits, temperature, top_k, top_p, min_p, offsets, columns, *,
-                      index_dtype, method, k_bound, platform):
+                      index_dtype, method, k_bound, has_top_p, platform):
   """The filtered sampler's handler call on a block (:func:`call_handler`), with ``columns``
-  (the block comment above)."""
+  (the block comment above). ``has_top_p`` False (top_p is 1 everywhere) lets the CUDA
+  handler's spread path skip top-p's levels."""
   keys, logits, *params, offsets, columns = _vary_together(
       [keys, logits, temperature, top_k, top_p, min_p, offsets, columns])
   aval = typeof(logits)
@@ -836,7 +838,8 @@ def _filtered_handler(keys, logits, temperature, top_k, top_p, min_p, offsets, c
   return call_handler("filtered_categorical", platform,
                       [flat_keys, logits, *flat_params, offsets, columns], avals_out,
                       *_filtered_factors(k_aval, aval, param_avals, typeof(columns)),
-                      workspace_bytes=workspace, k_bound=np.int64(k_bound))
+                      workspace_bytes=workspace, k_bound=np.int64(k_bound),
+                      has_top_p=bool(has_top_p))
 
 
 def _scaled_top_k_block(logits, temperature, k: int, *, platform):
@@ -951,7 +954,8 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
   block_dims = tuple(dims[:-1]) + (names if candidates or masses else (),)
   per_row = tuple(_params.per_row(a.shape, batch) for a in param_avals)
   plan = _sharding.sample_plan(mesh, block_dims, aval.shape, j, per_row, index_dtype)
-  static = dict(index_dtype=index_dtype, method=method, k_bound=k_bound, platform=platform)
+  static = dict(index_dtype=index_dtype, method=method, k_bound=k_bound, has_top_p=has_top_p,
+                platform=platform)
   if candidates:
     # The candidates carry their global columns: no column offset, and no exchange of the
     # samples (every vocab shard samples the same candidates).
@@ -1007,7 +1011,7 @@ def _filtered_lowering(ctx, keys, logits, temperature, top_k, top_p, min_p, offs
     return partitioned
   return mlir.lower_fun(
       functools.partial(_filtered_block, index_dtype=index_dtype, method=method,
-                        k_bound=k_bound, platform=platform),
+                        k_bound=k_bound, has_top_p=has_top_p, platform=platform),
       multiple_results=True)(ctx, *operands)
 
 
@@ -1034,7 +1038,7 @@ def filtered_categorical_last_axis(keys, logits, temperature, top_k, top_p, min_
   ``k_bound`` > 0 promises every row's top_k is in [1, k_bound] (static; lets the CUDA
   handler take its top-k path), -1 that no row has a top-k (its spread path), 0 nothing;
   ``has_top_p`` False promises top_p was not given (every p is 1: a split vocabulary's stages
-  skip top-p's levels)."""
+  and the CUDA spread path skip top-p's levels)."""
   operands = _vary_together([keys, logits, temperature, top_k, top_p, min_p, NO_OFFSETS])
   return filtered_categorical_p.bind(*operands, index_dtype=np.dtype(index_dtype),
                                      method=method, k_bound=int(k_bound),

@@ -155,7 +155,7 @@ def staged_candidates_sample(device, key, x, shards: int, k_bound: int, **filter
     _, indices = _primitives._filtered_handler(
         keys, jnp.concatenate(values, -1), t, *params, _primitives.NO_OFFSETS,
         jnp.concatenate(columns, -1), index_dtype=index_dtype, method="kernel",
-        k_bound=k_bound, platform=platform)
+        k_bound=k_bound, has_top_p=True, platform=platform)
     return indices
 
   f = jax.jit(staged)

@@ -221,6 +221,11 @@ def test_no_top_k_promise():
   assert "k_bound=-1" not in jaxpr(top_k=np.array([0, 99, 0, 500, 0, 0, 0, 0]), top_p=0.5)
   traced = jax.make_jaxpr(lambda v, k: jax_argreduce.categorical(key, v, top_k=k, top_p=0.5))
   assert "k_bound=0" in str(traced(x, np.zeros(8, np.int32)))
+  # Without top_p the handler is told so (the CUDA spread path then skips top-p's levels).
+  lowered = lambda **kw: jax.jit(lambda v: jax_argreduce.categorical(key, v, **kw)).lower(
+      x).as_text()
+  assert "has_top_p = false" in lowered(min_p=0.1)
+  assert "has_top_p = true" in lowered(top_p=0.9, min_p=0.1)
   # The samples are those of a call that states every row's top_k as "all" explicitly.
   explicit = jax.jit(lambda v, k: jax_argreduce.categorical(key, v, top_k=k, top_p=0.7,
                                                             min_p=0.01))

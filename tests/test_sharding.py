@@ -1156,7 +1156,7 @@ def test_filtered_handler_columns_operand():
   def sample(v, columns):
     return _primitives._filtered_handler(
         key, v, t, top_k, top_p, min_p, _primitives.NO_OFFSETS, columns, index_dtype=np.int32,
-        method="auto", k_bound=512, platform="cpu")
+        method="auto", k_bound=512, has_top_p=True, platform="cpu")
 
   want = jax.jit(lambda v: sample(v, _primitives.NO_COLUMNS))(x)
   got = jax.jit(sample)(shuffled, perm)

@@ -11,13 +11,17 @@
 // more rows than the grid's blocks. Parameters shared or per row, drawn from k in {0, 1, 2, 50,
 // 1024, cols-1, cols, cols+5}, p in {1, 0.9, 0.5, 1e-6, 1e-45, 0}, min_p in {0, 0.05, 1, 1.5},
 // T in {0, 0.8, 1, 1e-30}; one key or one per row; offsets or none; int32 or int64 indices.
-// Every case runs again without top-k (k_bound -1: the spread path, its workspace poisoned).
+// Every case runs again without top-k (k_bound -1: the spread path, its workspace poisoned),
+// and then with min-p alone (has_top_p false: the spread path without top-p's levels). First,
+// min-p's floor as the spread path searches it (one warp) against the CPU handler's.
 //
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi -I tests/cuda tests/cuda/sample_check.cu \
 //        ffi/sample_kernels.cu ffi/launch_plan.cc -o sample_check
 //   (no --use_fast_math, no -ftz=true: the shared headers need IEEE mode)
 // Run: sample_check [--quick]
+//      sample_check --time (no checks: the median of 30 launches, by CUDA events, of the spread
+//      path on the benchmark shapes; for comparing builds of the kernels on one GPU)
 // Prints one line per case and "sample_check: N cases, M mismatches"; exit 1 on a mismatch, 2 on
 // a CUDA error.
 #include <cuda_fp16.h>
@@ -141,6 +145,8 @@ struct Case {
   bool per_row_keys, offsets, int64_indices;
   // No top-k in any row, promised (k_bound -1): the spread path where it takes the call.
   bool spread = false;
+  // With spread: no top-p in any row either, promised (has_top_p false: min-p alone).
+  bool no_top_p = false;
 };
 
 // The host reference for rows [begin, end): SampleRow and categorical's noisy-max epilogue.
@@ -216,6 +222,8 @@ void Run(const Case& c, std::mt19937_64& rng) {
     } else {
       p[0] = kPs[rng() % 6];
     }
+    // min-p alone (or nothing, min_p = 0) on every row: the launches without top-p's levels.
+    if (c.no_top_p) std::fill(p.begin(), p.end(), 1.0f);
   }
   const std::vector<int32_t> offsets = {static_cast<int32_t>(rng() % 1000),
                                         static_cast<int32_t>(rng() % 100000)};
@@ -268,6 +276,7 @@ void Run(const Case& c, std::mt19937_64& rng) {
   void* d_workspace = nullptr;
   if (c.spread) {
     launch.k_bound = -1;
+    launch.has_top_p = !c.no_top_p;
     launch.workspace_bytes = WorkspaceBytes("filtered_categorical", c.rows, c.cols, -1, width);
     CHECK(cudaMalloc(&d_workspace, launch.workspace_bytes));
     // Poisoned: nothing may be read before the call writes it.
@@ -308,9 +317,9 @@ void Run(const Case& c, std::mt19937_64& rng) {
   }
   ++cases_run;
   mismatches += bad > 0;
-  std::printf("%s%s format %d %lldx%lld per-row T%d k%d p%d m%d keys %s offsets %d int64 %d"
+  std::printf("%s%s%s format %d %lldx%lld per-row T%d k%d p%d m%d keys %s offsets %d int64 %d"
               " (k %d, p %g, min_p %g)%s\n", bad ? "MISMATCH" : "ok",
-              c.spread ? " spread" : "", static_cast<int>(c.f),
+              c.spread ? " spread" : "", c.no_top_p ? " no-top-p" : "", static_cast<int>(c.f),
               static_cast<long long>(c.rows), static_cast<long long>(c.cols), c.per_row[0],
               c.per_row[1], c.per_row[2], c.per_row[3], c.per_row_keys ? "per row" : "one",
               c.offsets, c.int64_indices, k[0], p[0], m[0],
@@ -323,14 +332,129 @@ void Run(const Case& c, std::mt19937_64& rng) {
   }
 }
 
+__global__ void MinPFloorKernel(const float* min_p, float* floor, int n) {
+  const int i = (blockIdx.x * blockDim.x + threadIdx.x) / 32;  // one warp per value
+  if (i >= n) return;  // the whole warp (its lanes share i)
+  const float f = MinPFloorWarp(min_p[i]);
+  if (threadIdx.x % 32 == 0) floor[i] = f;
+}
+
+// MinPFloorWarp (the spread path's, one warp's search) against MinPFloor (the CPU handler's
+// bisection), bit for bit: the values that min-p takes (0 < min_p, up to past 1) near the
+// edges (the smallest floats, 1 and its neighbours), log-uniform ones, random bit patterns and
+// masses themselves (ExpF32(-m): the predicate's boundary).
+void CheckMinPFloor(std::mt19937_64& rng, int count) {
+  std::vector<float> values = {1e-45f, 1e-38f, 1e-30f, 1e-10f, 0.05f, 0.1f, 0.5f,
+                               std::nextafter(1.0f, 0.0f), 1.0f, std::nextafter(1.0f, 2.0f),
+                               1.5f, INFINITY};
+  std::uniform_real_distribution<float> exponent(-104.0f, 0.0f);
+  while (static_cast<int>(values.size()) < count) {
+    values.push_back(std::exp(exponent(rng)));
+    const uint32_t bits = static_cast<uint32_t>(rng() % 0x3F800001u);  // (0, 1] as bits
+    float v;
+    std::memcpy(&v, &bits, 4);
+    if (v > 0.0f) values.push_back(v);
+    const uint32_t m = static_cast<uint32_t>(rng() % 0x42D00000u);  // magnitudes up to 104
+    std::memcpy(&v, &m, 4);
+    if (ExpF32(-v) > 0.0f) values.push_back(ExpF32(-v));
+  }
+  const int n = static_cast<int>(values.size());
+  float* d_values = ToDevice(values);
+  float* d_floor = nullptr;
+  CHECK(cudaMalloc(&d_floor, n * sizeof(float)));
+  MinPFloorKernel<<<(n * 32 + 255) / 256, 256>>>(d_values, d_floor, n);
+  CHECK(cudaGetLastError());
+  std::vector<float> got(n);
+  CHECK(cudaMemcpy(got.data(), d_floor, n * sizeof(float), cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const float want = MinPFloor(values[i]);
+    if (std::memcmp(&got[i], &want, 4) != 0 && bad++ < 3) {
+      std::printf("  min_p %a: floor %a, want %a\n", values[i], got[i], want);
+    }
+  }
+  ++cases_run;
+  mismatches += bad > 0;
+  std::printf("%s MinPFloorWarp: %d values%s\n", bad ? "MISMATCH" : "ok", n,
+              bad ? (", bad: " + std::to_string(bad)).c_str() : "");
+  CHECK(cudaFree(d_values));
+  CHECK(cudaFree(d_floor));
+}
+
+// --time: the median time (CUDA events) of 30 launches of the spread path on the benchmark
+// shapes: normal rows times 3 (the example's logits), T = 0.8, top-p 0.9 or min-p 0.05 alone.
+int Time() {
+  std::mt19937_64 rng(7);
+  const int64_t shapes[][2] = {{1, 202048}, {8, 202048}, {64, 128256}, {256, 202048}};
+  for (Format f : {Format::kF32, Format::kBF16}) {
+    for (const auto& shape : shapes) {
+      const int64_t rows = shape[0], cols = shape[1], n = rows * cols;
+      const int width = FormatBytes(f);
+      std::vector<uint8_t> x(n * width);
+      std::normal_distribution<float> normal(0.0f, 3.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t bits = Encode(f, normal(rng));
+        std::memcpy(&x[i * width], &bits, width);
+      }
+      uint8_t* d_x = ToDevice(x);
+      uint32_t* d_keys = ToDevice(std::vector<uint32_t>{1, 2});
+      float* d_t = ToDevice(std::vector<float>{0.8f});
+      int32_t* d_k = ToDevice(std::vector<int32_t>{0});
+      float* d_one = ToDevice(std::vector<float>{1.0f});
+      float* d_zero = ToDevice(std::vector<float>{0.0f});
+      float* d_p = ToDevice(std::vector<float>{0.9f});
+      float* d_m = ToDevice(std::vector<float>{0.05f});
+      void *d_index = nullptr, *d_noisy = nullptr, *d_workspace = nullptr;
+      CHECK(cudaMalloc(&d_index, rows * 4));
+      CHECK(cudaMalloc(&d_noisy, rows * 4));
+      FilteredSampleLaunch launch;
+      CHECK(cudaGetDevice(&launch.device));
+      launch.format = f;
+      launch.keys = d_keys;
+      launch.logits = d_x;
+      launch.rows = rows;
+      launch.cols = cols;
+      launch.temperature = d_t;
+      launch.top_k = RowParam<int32_t>{d_k, false};
+      launch.k_bound = -1;
+      launch.indices = d_index;
+      launch.noisy_max = d_noisy;
+      launch.workspace_bytes = WorkspaceBytes("filtered_categorical", rows, cols, -1, width);
+      CHECK(cudaMalloc(&d_workspace, launch.workspace_bytes));
+      launch.workspace = d_workspace;
+      // top-p alone; min-p alone, promised (has_top_p false) and not.
+      for (const int filter : {0, 1, 2}) {
+        launch.top_p = RowParam<float>{filter == 0 ? d_p : d_one, false};
+        launch.min_p = RowParam<float>{filter == 0 ? d_zero : d_m, false};
+        launch.has_top_p = filter != 1;
+        const double us = MedianMicros([&] { return LaunchFilteredSample(launch); });
+        const char* names[] = {"p0.9", "minp0.05", "minp0.05 has_top_p"};
+        std::printf("time format %d %lldx%lld %s: %.2f us\n", static_cast<int>(f),
+                    static_cast<long long>(rows), static_cast<long long>(cols), names[filter],
+                    us);
+      }
+      for (void* ptr : {static_cast<void*>(d_x), static_cast<void*>(d_keys),
+                        static_cast<void*>(d_t), static_cast<void*>(d_k),
+                        static_cast<void*>(d_one), static_cast<void*>(d_zero),
+                        static_cast<void*>(d_p), static_cast<void*>(d_m), d_index, d_noisy,
+                        d_workspace}) {
+        CHECK(cudaFree(ptr));
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--time") == 0) return Time();
   }
   std::mt19937_64 rng(20240917);
+  CheckMinPFloor(rng, quick ? 256 : 20000);
   // (rows, cols, parameter sets per format).
   struct Shape {
     int64_t rows, cols;
@@ -363,6 +487,8 @@ int main(int argc, char** argv) {
         // The same parameters' kind without top-k: the spread path (16- and 32-bit formats
         // of up to kFilterSpreadMaxRows rows; the generic kernel for the others).
         c.spread = true;
+        Run(c, rng);
+        c.no_top_p = true;
         Run(c, rng);
       }
     }

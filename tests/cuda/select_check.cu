@@ -233,23 +233,10 @@ int Time() {
     for (int64_t i = 0; i < n; ++i) std::memcpy(&host[i * width], &bits[i], width);
     Buffers buf(c, host);
     const TopKLaunch& launch = buf.launch;
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    std::vector<float> ms;
-    for (int i = 0; i < 35; ++i) {
-      CHECK(cudaEventRecord(start));
-      CHECK(LaunchTopK(launch));
-      CHECK(cudaEventRecord(stop));
-      CHECK(cudaEventSynchronize(stop));
-      float t = 0;
-      CHECK(cudaEventElapsedTime(&t, start, stop));
-      if (i >= 5) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
+    const double us = MedianMicros([&] { return LaunchTopK(launch); });
     std::printf("time format %d %lldx%lld k=%lld: %.2f us\n", static_cast<int>(c.f),
                 static_cast<long long>(c.rows), static_cast<long long>(c.cols),
-                static_cast<long long>(c.k), 1000.0 * ms[ms.size() / 2]);
+                static_cast<long long>(c.k), us);
   }
   return 0;
 }
