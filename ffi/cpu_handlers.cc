@@ -199,44 +199,11 @@ ffi::Error FilteredCategoricalCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
 // A split vocabulary without a top-k (cpu_sample.h, SplitDrawRow): masses as limbs
 // (sample_filter.h, kMassLimbs).
 void MassesToLimbs(const uint64_t* masses, int64_t n, uint32_t* limbs) {
-  for (int64_t i = 0; i < n; ++i) {
-    for (int j = 0; j < kMassLimbs; ++j) {
-      limbs[i * kMassLimbs + j] =
-          static_cast<uint32_t>((masses[i] >> (kMassLimbBits * j)) & ((1u << kMassLimbBits) - 1));
-    }
-  }
+  for (int64_t i = 0; i < n; ++i) MassToLimbs(masses[i], limbs + i * kMassLimbs);
 }
 
 void LimbsToMasses(const uint32_t* limbs, int64_t n, uint64_t* masses) {
-  for (int64_t i = 0; i < n; ++i) {
-    masses[i] = 0;
-    for (int j = 0; j < kMassLimbs; ++j) {
-      masses[i] += static_cast<uint64_t>(limbs[i * kMassLimbs + j]) << (kMassLimbBits * j);
-    }
-  }
-}
-
-// `tops`: each shard's first token of every row (logits' dtype, [rows, shards]). Returns the
-// shards count.
-ffi::ErrorOr<int64_t> DecodeSplitTops(const RowView& view, const ffi::AnyBuffer& logits,
-                                      const ffi::AnyBuffer& tops, const std::string& op) {
-  const int64_t count = static_cast<int64_t>(tops.element_count());
-  if (tops.element_type() != logits.element_type() || view.rows == 0 || count == 0 ||
-      count % view.rows != 0) {
-    return ffi::Unexpected(ffi::Error::InvalidArgument(
-        op + ": tops must have the logits' dtype, [rows, shards] with shards >= 1"));
-  }
-  return count / view.rows;
-}
-
-ffi::Error CheckCount(const ffi::AnyBuffer& buffer, ffi::DataType type, int64_t want,
-                      const std::string& name, const std::string& op) {
-  if (buffer.element_type() != type || static_cast<int64_t>(buffer.element_count()) != want) {
-    return ffi::Error::InvalidArgument(op + ": " + name + " must have " + std::to_string(want) +
-                                       " elements of its dtype, got " +
-                                       std::to_string(buffer.element_count()));
-  }
-  return ffi::Error::Success();
+  for (int64_t i = 0; i < n; ++i) masses[i] = MassFromLimbs(limbs + i * kMassLimbs);
 }
 
 // top-p's level `level` on one shard of a split vocabulary: per row, the masses (levels before
@@ -248,63 +215,45 @@ ffi::Error TopPLevelCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer logits,
                             ffi::AnyBuffer above, ffi::Result<ffi::AnyBuffer> histogram,
                             int64_t level) {
   const std::string op = "jax_argreduce top_p level (cpu)";
-  auto view = DecodeInput(logits, op);
-  if (!view.has_value()) return view.error();
-  if (view->rows == 0) return ffi::Error::Success();
-  auto t_per_row = DecodeTemperature(*view, temperature, op);
-  if (!t_per_row.has_value()) return t_per_row.error();
-  auto p = DecodeRowParam<float>(top_p, ffi::DataType::F32, view->rows, "top_p", op);
-  if (!p.has_value()) return p.error();
-  auto shards = DecodeSplitTops(*view, logits, tops, op);
-  if (!shards.has_value()) return shards.error();
-  ffi::Error error = ffi::Error::Success();
-  DispatchFormat(view->format, false, [&](auto f, auto) {
+  auto decoded = DecodeTopPLevel(logits, temperature, top_p, tops, above, *histogram, level, op);
+  if (!decoded.has_value()) return decoded.error();
+  const TopPLevelView& v = *decoded;
+  const RowView& view = v.view;
+  if (view.rows == 0) return ffi::Error::Success();
+  DispatchFormat(view.format, false, [&](auto f, auto) {
     constexpr Format F = decltype(f)::value;
     using Sampler = FilteredSamplerCpu<F>;
     using Levels = typename Sampler::Levels;
     using Noise = typename Sampler::Noise;
     using Bits = typename Sampler::Bits;
-    if (level < 0 || level >= Levels::kCount) {
-      error = ffi::Error::InvalidArgument(op + ": level must be in [0, " +
-                                          std::to_string(Levels::kCount) + ")");
-      return;
-    }
-    const bool last = level == Levels::kCount - 1;
-    const int64_t size = int64_t{1} << Levels::Bits(static_cast<int>(level));
-    error = CheckCount(above, ffi::DataType::U32,
-                       view->rows * level * Levels::kWidth * kMassLimbs, "above", op);
-    if (error.failure()) return;
-    error = CheckCount(*histogram, ffi::DataType::U32, view->rows * size * (last ? 1 : kMassLimbs),
-                       "the histogram", op);
-    if (error.failure()) return;
-    const RowParam<Noise> t{static_cast<const Noise*>(temperature.untyped_data()), *t_per_row};
-    const auto* data = static_cast<const Bits*>(view->data);
+    const RowParam<Noise> t{static_cast<const Noise*>(temperature.untyped_data()),
+                            v.temperature_per_row};
+    const auto* data = static_cast<const Bits*>(view.data);
     const auto* top_bits = static_cast<const Bits*>(tops.untyped_data());
     const auto* above_limbs = static_cast<const uint32_t*>(above.untyped_data());
     auto* out = static_cast<uint32_t*>(histogram->untyped_data());
     const int64_t above_count = level * Levels::kWidth;
-    ParallelForRows(pool, view->rows, view->cols, [&](int64_t begin, int64_t end) {
+    ParallelForRows(pool, view.rows, view.cols, [&](int64_t begin, int64_t end) {
       const ScopedIeeeSubnormals ieee;
       std::vector<uint64_t> above_row(static_cast<size_t>(above_count));
-      std::vector<uint64_t> masses(last ? 0 : static_cast<size_t>(size));
+      std::vector<uint64_t> masses(v.last ? 0 : static_cast<size_t>(v.digits));
       for (int64_t r = begin; r < end; ++r) {
         LimbsToMasses(above_limbs + r * above_count * kMassLimbs, above_count, above_row.data());
-        Sampler::LevelRow(data + r * view->cols, view->cols, Sampler::Policy::Scaling(t[r]),
-                          (*p)[r], top_bits + r * *shards, *shards, above_row.data(),
-                          static_cast<int>(level), last ? nullptr : masses.data(),
-                          last ? out + r * size : nullptr);
-        if (!last) MassesToLimbs(masses.data(), size, out + r * size * kMassLimbs);
+        Sampler::LevelRow(data + r * view.cols, view.cols, Sampler::Policy::Scaling(t[r]),
+                          v.top_p[r], top_bits + r * v.shards, v.shards, above_row.data(),
+                          static_cast<int>(level), v.last ? nullptr : masses.data(),
+                          v.last ? out + r * v.digits : nullptr);
+        if (!v.last) MassesToLimbs(masses.data(), v.digits, out + r * v.digits * kMassLimbs);
       }
     }, kFilteredElementsPerTask);
   });
-  return error;
+  return ffi::Error::Success();
 }
 
 // The filtered sampler's draw on one shard of a split vocabulary without a top-k: the
 // (noisy maximum, local index) of its best kept token per row (cpu_sample.h, SplitDrawRow), for
-// the caller's pair exchange. `above` (limbs, uint32 [rows, levels - 1, kWidth, 3], summed) and
-// `counts` (uint32 [rows, shards, 2^bits of the last level], per shard) are empty where no row
-// has a top-p. The offsets give the shard: its column offset over the logits' width.
+// the caller's pair exchange (DecodeSplitDraw gives the operands). The offsets give the shard:
+// its column offset over the logits' width.
 ffi::Error SplitFilteredDrawCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
                                     ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
                                     ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
@@ -314,70 +263,57 @@ ffi::Error SplitFilteredDrawCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
                                     ffi::Result<ffi::AnyBuffer> noisy_max,
                                     ffi::Result<ffi::AnyBuffer> indices) {
   const std::string op = "jax_argreduce split filtered draw (cpu)";
-  auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
-                                       nullptr, *noisy_max, *indices, op);
+  auto decoded = DecodeSplitDraw(keys, logits, temperature, top_k, top_p, min_p, offsets, tops,
+                                 above, counts, *noisy_max, *indices, op);
   if (!decoded.has_value()) return decoded.error();
-  const RowView* view = &decoded->view;
-  const SamplerView* sampler = &decoded->sampler;
-  const SampleFilters* filters = &decoded->filters;
-  if (view->rows == 0) return ffi::Error::Success();
-  if (!sampler->has_offsets) {
-    return ffi::Error::InvalidArgument(op + ": the offsets (row, column) must be given");
-  }
-  auto shards = DecodeSplitTops(*view, logits, tops, op);
-  if (!shards.has_value()) return shards.error();
+  const RowView& view = decoded->sampler.view;
+  const SamplerView& sampler = decoded->sampler.sampler;
+  const SampleFilters& filters = decoded->sampler.filters;
+  const int64_t shards = decoded->shards;
+  const bool levels = decoded->levels;
+  if (view.rows == 0) return ffi::Error::Success();
   int32_t col_offset = 0;
   std::memcpy(&col_offset, static_cast<const int32_t*>(offsets.untyped_data()) + 1,
               sizeof(col_offset));
-  const int64_t shard = col_offset / view->cols;
-  if (col_offset % view->cols != 0 || shard >= *shards) {
+  const int64_t shard = col_offset / view.cols;
+  if (col_offset % view.cols != 0 || shard >= shards) {
     return ffi::Error::InvalidArgument(op + ": the column offset must be the shard's");
   }
   const NoisyMaxEpilogue epilogue{indices->untyped_data(),
                                   indices->element_type() == ffi::DataType::S64,
                                   noisy_max->untyped_data()};
-  ffi::Error error = ffi::Error::Success();
-  DispatchFormat(view->format, false, [&](auto f, auto) {
+  DispatchFormat(view.format, false, [&](auto f, auto) {
     constexpr Format F = decltype(f)::value;
     using Sampler = FilteredSamplerCpu<F>;
     using Levels = typename Sampler::Levels;
     using Bits = typename Sampler::Bits;
     const int64_t last = int64_t{1} << Levels::Bits(Levels::kCount - 1);
-    const bool levels = above.element_count() != 0 || counts.element_count() != 0;
-    if (levels) {
-      error = CheckCount(above, ffi::DataType::U32,
-                         view->rows * (Levels::kCount - 1) * Levels::kWidth * kMassLimbs, "above",
-                         op);
-      if (error.failure()) return;
-      error = CheckCount(counts, ffi::DataType::U32, view->rows * *shards * last, "counts", op);
-      if (error.failure()) return;
-    }
-    const auto policy = SamplerPolicy<F>(keys, temperature, offsets, *view, *sampler);
-    const auto* data = static_cast<const Bits*>(view->data);
+    const auto policy = SamplerPolicy<F>(keys, temperature, offsets, view, sampler);
+    const auto* data = static_cast<const Bits*>(view.data);
     const auto* top_bits = static_cast<const Bits*>(tops.untyped_data());
     const auto* above_limbs = static_cast<const uint32_t*>(above.untyped_data());
     const auto* count_data = static_cast<const uint32_t*>(counts.untyped_data());
     const int64_t above_count = (Levels::kCount - 1) * Levels::kWidth;
-    ParallelForRows(pool, view->rows, view->cols, [&](int64_t begin, int64_t end) {
+    ParallelForRows(pool, view.rows, view.cols, [&](int64_t begin, int64_t end) {
       const ScopedIeeeSubnormals ieee;
       SampleScratch scratch;
       std::vector<uint64_t> above_row(levels ? static_cast<size_t>(above_count) : 0);
       for (int64_t r = begin; r < end; ++r) {
-        const RowFilters f{0, filters->top_p[r], filters->min_p[r]};
-        const auto* row = data + r * view->cols;
+        const RowFilters f{0, filters.top_p[r], filters.min_p[r]};
+        const auto* row = data + r * view.cols;
         if (levels) {
           LimbsToMasses(above_limbs + r * above_count * kMassLimbs, above_count, above_row.data());
         }
-        epilogue(r, Sampler::SplitDrawRow(row, view->cols, policy.ForRow(r), f,
-                                          top_bits + r * *shards, *shards, shard,
+        epilogue(r, Sampler::SplitDrawRow(row, view.cols, policy.ForRow(r), f,
+                                          top_bits + r * shards, shards, shard,
                                           levels ? above_row.data() : nullptr,
-                                          levels ? count_data + r * *shards * last : nullptr,
+                                          levels ? count_data + r * shards * last : nullptr,
                                           scratch),
                  row);
       }
     }, kFilteredElementsPerTask);
   });
-  return error;
+  return ffi::Error::Success();
 }
 
 }  // namespace

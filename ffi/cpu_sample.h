@@ -229,20 +229,6 @@ struct FilteredSamplerCpu {
     return top_col;
   }
 
-  // The mass of every token whose z has radix key `key` (not a NaN's): SortKey's inverse.
-  static uint64_t KeyMass(uint64_t key, Noise z_max) {
-    using Signed = std::conditional_t<kKeyBits == 64, int64_t, int32_t>;
-    using Unsigned = std::make_unsigned_t<Signed>;
-    const Signed ordered = static_cast<Signed>(
-        static_cast<Unsigned>(key) ^ (Unsigned{1} << (kKeyBits - 1)));
-    const Unsigned bits = ordered >= 0 ? static_cast<Unsigned>(ordered)
-                                       : ((Unsigned{1} << (kKeyBits - 1)) |
-                                          static_cast<Unsigned>(-ordered));
-    Noise z;
-    std::memcpy(&z, &bits, sizeof(z));
-    return FixedMass(z, z_max);
-  }
-
   static Pair Argmax(const Bits* x, int64_t cols) {
     const auto key_of = [&](int64_t c) { return Row::KeyOf(categorical_detail::Widen<F>(x[c])); };
     Pair best{key_of(0), 0};

@@ -308,6 +308,89 @@ ffi::Error FilteredCategoricalCudaImpl(cudaStream_t stream, int32_t device, ffi:
   return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
 }
 
+// top-p's level on one shard of a split vocabulary without a top-k (sample_kernels.h,
+// LaunchTopPLevel; the operands as the CPU handler's, DecodeTopPLevel).
+ffi::Error TopPLevelCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer logits,
+                             ffi::AnyBuffer temperature, ffi::AnyBuffer top_p,
+                             ffi::AnyBuffer tops, ffi::AnyBuffer above,
+                             ffi::Result<ffi::AnyBuffer> histogram,
+                             ffi::Result<ffi::AnyBuffer> /*workspace*/, int64_t level) {
+  const std::string op = "jax_argreduce top_p level (cuda)";
+  auto decoded = DecodeTopPLevel(logits, temperature, top_p, tops, above, *histogram, level, op);
+  if (!decoded.has_value()) return decoded.error();
+  const RowView& view = decoded->view;
+  if (view.rows == 0) return ffi::Error::Success();
+  if (view.format == Format::kF64) {
+    return ffi::Error::InvalidArgument(op + ": the kernels take float16, bfloat16 and float32 "
+                                       "(jax_argreduce gathers float64 logits)");
+  }
+  TopPLevelLaunch launch;
+  launch.stream = stream;
+  launch.format = view.format;
+  launch.logits = view.data;
+  launch.rows = view.rows;
+  launch.cols = view.cols;
+  launch.temperature = RowParam<float>{static_cast<const float*>(temperature.untyped_data()),
+                                       decoded->temperature_per_row};
+  launch.top_p = decoded->top_p;
+  launch.tops = tops.untyped_data();
+  launch.shards = decoded->shards;
+  launch.level = static_cast<int>(level);
+  launch.above = static_cast<const uint32_t*>(above.untyped_data());
+  launch.histogram = static_cast<uint32_t*>(histogram->untyped_data());
+  const cudaError_t err = OnDevice(device, [&] { return LaunchTopPLevel(launch); });
+  return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
+}
+
+// The filtered sampler's draw on one shard of a split vocabulary without a top-k
+// (sample_kernels.h, LaunchSplitFilteredDraw; the operands as the CPU handler's,
+// DecodeSplitDraw). The shard is its column offset over the logits' width, read on the device.
+ffi::Error SplitFilteredDrawCudaImpl(cudaStream_t stream, int32_t device, ffi::AnyBuffer keys,
+                                     ffi::AnyBuffer logits, ffi::AnyBuffer temperature,
+                                     ffi::AnyBuffer top_k, ffi::AnyBuffer top_p,
+                                     ffi::AnyBuffer min_p, ffi::AnyBuffer offsets,
+                                     ffi::AnyBuffer tops, ffi::AnyBuffer above,
+                                     ffi::AnyBuffer counts,
+                                     ffi::Result<ffi::AnyBuffer> noisy_max,
+                                     ffi::Result<ffi::AnyBuffer> indices,
+                                     ffi::Result<ffi::AnyBuffer> /*workspace*/) {
+  const std::string op = "jax_argreduce split filtered draw (cuda)";
+  auto decoded = DecodeSplitDraw(keys, logits, temperature, top_k, top_p, min_p, offsets, tops,
+                                 above, counts, *noisy_max, *indices, op);
+  if (!decoded.has_value()) return decoded.error();
+  const RowView& view = decoded->sampler.view;
+  const SamplerView& sampler = decoded->sampler.sampler;
+  if (view.rows == 0) return ffi::Error::Success();
+  if (view.format == Format::kF64) {
+    return ffi::Error::InvalidArgument(op + ": the kernels take float16, bfloat16 and float32 "
+                                       "(jax_argreduce gathers float64 logits)");
+  }
+  SplitDrawLaunch launch;
+  launch.stream = stream;
+  launch.format = view.format;
+  launch.keys = static_cast<const uint32_t*>(keys.untyped_data());
+  launch.num_keys = sampler.num_keys;
+  launch.logits = view.data;
+  launch.rows = view.rows;
+  launch.cols = view.cols;
+  launch.temperature = RowParam<float>{static_cast<const float*>(temperature.untyped_data()),
+                                       sampler.temperature_per_row};
+  launch.top_p = decoded->sampler.filters.top_p;
+  launch.min_p = decoded->sampler.filters.min_p;
+  launch.offsets = static_cast<const int32_t*>(offsets.untyped_data());
+  launch.tops = tops.untyped_data();
+  launch.shards = decoded->shards;
+  if (decoded->levels) {
+    launch.above = static_cast<const uint32_t*>(above.untyped_data());
+    launch.counts = static_cast<const uint32_t*>(counts.untyped_data());
+  }
+  launch.indices = indices->untyped_data();
+  launch.index_is_int64 = indices->element_type() == ffi::DataType::S64;
+  launch.noisy_max = noisy_max->untyped_data();
+  const cudaError_t err = OnDevice(device, [&] { return LaunchSplitFilteredDraw(launch); });
+  return err == cudaSuccess ? ffi::Error::Success() : CudaError(op, err);
+}
+
 }  // namespace
 
 const XLA_FFI_TypeInfo kCallSiteStateTypeInfo = {XLA_FFI_TypeInfo_STRUCT_SIZE, nullptr,
@@ -393,6 +476,39 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FilteredCategoricalCuda, FilteredCategoricalCudaIm
                                   .Ret<ffi::AnyBuffer>()      // workspace: the top-k, spread paths
                                   .Attr<int64_t>("k_bound")   // > 0: top_k in [1, it]; -1: none
                                   .Attr<bool>("has_top_p"),   // false: top_p is 1 everywhere
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TopPLevelCuda, TopPLevelCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
+                                  .Ctx<ffi::DeviceOrdinal>()  // the stream's device
+                                  .Arg<ffi::AnyBuffer>()      // logits: [..., cols] floats
+                                  .Arg<ffi::AnyBuffer>()      // temperature: [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // top_p: float32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // tops: [rows, shards] logits' dtype
+                                  .Arg<ffi::AnyBuffer>()      // above: uint32 [rows, level, 2048, 3]
+                                  .Ret<ffi::AnyBuffer>()      // histogram: uint32 [rows, d(, 3)]
+                                  .Ret<ffi::AnyBuffer>()      // workspace: empty (unused)
+                                  .Attr<int64_t>("level"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SplitFilteredDrawCuda, SplitFilteredDrawCudaImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
+                                  .Ctx<ffi::DeviceOrdinal>()  // the stream's device
+                                  .Arg<ffi::AnyBuffer>()      // keys: [num_keys, 2] uint32
+                                  .Arg<ffi::AnyBuffer>()      // logits: [..., cols] floats
+                                  .Arg<ffi::AnyBuffer>()      // temperature: [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // top_k: int32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // top_p: float32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // min_p: float32 [1] or [rows]
+                                  .Arg<ffi::AnyBuffer>()      // offsets: [2] int32 (row, col)
+                                  .Arg<ffi::AnyBuffer>()      // tops: [rows, shards] logits' dtype
+                                  .Arg<ffi::AnyBuffer>()      // above: uint32 [rows, 2, 2048, 3]
+                                  .Arg<ffi::AnyBuffer>()      // counts: uint32 [rows, shards, d]
+                                  .Ret<ffi::AnyBuffer>()      // noisy_max: [...] float32
+                                  .Ret<ffi::AnyBuffer>()      // indices: [...] int32 or int64
+                                  .Ret<ffi::AnyBuffer>(),     // workspace: empty (unused)
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jax_argreduce

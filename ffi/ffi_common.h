@@ -9,6 +9,7 @@
 
 #include "order.h"
 #include "row_param.h"
+#include "sample_filter.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace jax_argreduce {
@@ -240,6 +241,144 @@ inline xla::ffi::ErrorOr<FilteredSamplerView> DecodeFilteredSampler(
   const auto* column_data =
       column_count != 0 ? static_cast<const int32_t*>(columns->untyped_data()) : nullptr;
   return FilteredSamplerView{*view, *sampler, *filters, column_data};
+}
+
+// ---- A vocabulary split over devices without a top-k (cpu_sample.h, split_prefix_sample's
+// stages): the CPU and CUDA handlers' one decoding.
+
+// `buffer` must hold `want` elements of `type`.
+inline xla::ffi::Error CheckCount(const xla::ffi::AnyBuffer& buffer, xla::ffi::DataType type,
+                                  int64_t want, const std::string& name, const std::string& op) {
+  if (buffer.element_type() != type || static_cast<int64_t>(buffer.element_count()) != want) {
+    return xla::ffi::Error::InvalidArgument(op + ": " + name + " must have " +
+                                            std::to_string(want) + " elements of its dtype, got " +
+                                            std::to_string(buffer.element_count()));
+  }
+  return xla::ffi::Error::Success();
+}
+
+// `tops`: each shard's first token of every row (logits' dtype, [rows, shards]). Returns the
+// shards count.
+inline xla::ffi::ErrorOr<int64_t> DecodeSplitTops(const RowView& view,
+                                                  const xla::ffi::AnyBuffer& logits,
+                                                  const xla::ffi::AnyBuffer& tops,
+                                                  const std::string& op) {
+  const int64_t count = static_cast<int64_t>(tops.element_count());
+  if (tops.element_type() != logits.element_type() || view.rows == 0 || count == 0 ||
+      count % view.rows != 0) {
+    return xla::ffi::Unexpected(xla::ffi::Error::InvalidArgument(
+        op + ": tops must have the logits' dtype, [rows, shards] with shards >= 1"));
+  }
+  return count / view.rows;
+}
+
+// The levels of top-p's masses for the logits' format (sample_filter.h, MassLevels over z's
+// key: 32 bits, 64 for float64 logits): how many, and the digits of one.
+struct MassLevelsView {
+  int count;      // MassLevels::kCount
+  int width;      // MassLevels::kWidth: the digits of a level before the last
+  int last_bits;  // the last level's digit bits
+  int64_t Digits(int level) const { return level + 1 < count ? width : int64_t{1} << last_bits; }
+};
+template <int kKeyBits>
+MassLevelsView MassLevelsViewOf() {
+  using Levels = MassLevels<kKeyBits>;
+  return {Levels::kCount, Levels::kWidth, Levels::Bits(Levels::kCount - 1)};
+}
+inline MassLevelsView MassLevelsOf(Format format) {
+  return format == Format::kF64 ? MassLevelsViewOf<64>() : MassLevelsViewOf<32>();
+}
+
+// top_p level's operands: logits [rows, cols] (this shard's), temperature, top_p (1 or rows),
+// tops [rows, shards], above (uint32 [rows, level, width, 3]: the summed masses of the levels
+// before, as limbs) and the histogram (uint32 [rows, width, 3] before the last level, [rows,
+// digits] of counts at the last), `level` in [0, levels).
+struct TopPLevelView {
+  RowView view;
+  bool temperature_per_row;
+  RowParam<float> top_p;
+  int64_t shards;
+  bool last;       // the last level: counts, not masses
+  int64_t digits;  // the level's digits
+};
+inline xla::ffi::ErrorOr<TopPLevelView> DecodeTopPLevel(
+    const xla::ffi::AnyBuffer& logits, const xla::ffi::AnyBuffer& temperature,
+    const xla::ffi::AnyBuffer& top_p, const xla::ffi::AnyBuffer& tops,
+    const xla::ffi::AnyBuffer& above, const xla::ffi::AnyBuffer& histogram, int64_t level,
+    const std::string& op) {
+  namespace ffi = xla::ffi;
+  auto view = DecodeInput(logits, op);
+  if (!view.has_value()) return ffi::Unexpected(view.error());
+  TopPLevelView v{*view, false, {}, 0, false, 0};
+  if (view->rows == 0) return v;
+  auto t_per_row = DecodeTemperature(*view, temperature, op);
+  if (!t_per_row.has_value()) return ffi::Unexpected(t_per_row.error());
+  v.temperature_per_row = *t_per_row;
+  auto p = DecodeRowParam<float>(top_p, ffi::DataType::F32, view->rows, "top_p", op);
+  if (!p.has_value()) return ffi::Unexpected(p.error());
+  v.top_p = *p;
+  auto shards = DecodeSplitTops(*view, logits, tops, op);
+  if (!shards.has_value()) return ffi::Unexpected(shards.error());
+  v.shards = *shards;
+  const MassLevelsView levels = MassLevelsOf(view->format);
+  if (level < 0 || level >= levels.count) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        op + ": level must be in [0, " + std::to_string(levels.count) + ")"));
+  }
+  v.last = level == levels.count - 1;
+  v.digits = levels.Digits(static_cast<int>(level));
+  ffi::Error error = CheckCount(above, ffi::DataType::U32,
+                                view->rows * level * levels.width * kMassLimbs, "above", op);
+  if (error.failure()) return ffi::Unexpected(std::move(error));
+  error = CheckCount(histogram, ffi::DataType::U32,
+                     view->rows * v.digits * (v.last ? 1 : kMassLimbs), "the histogram", op);
+  if (error.failure()) return ffi::Unexpected(std::move(error));
+  return v;
+}
+
+// split_filtered_draw's operands: the filtered sampler's (no columns; the offsets required:
+// the shard's column offset gives the shard), tops [rows, shards], and top-p's levels: above
+// (uint32 [rows, levels - 1, width, 3], summed) and counts (uint32 [rows, shards, digits of the
+// last level], per shard), or both empty (no row has a top-p).
+struct SplitDrawView {
+  FilteredSamplerView sampler;
+  int64_t shards;
+  bool levels;  // above and counts given
+};
+inline xla::ffi::ErrorOr<SplitDrawView> DecodeSplitDraw(
+    const xla::ffi::AnyBuffer& keys, const xla::ffi::AnyBuffer& logits,
+    const xla::ffi::AnyBuffer& temperature, const xla::ffi::AnyBuffer& top_k,
+    const xla::ffi::AnyBuffer& top_p, const xla::ffi::AnyBuffer& min_p,
+    const xla::ffi::AnyBuffer& offsets, const xla::ffi::AnyBuffer& tops,
+    const xla::ffi::AnyBuffer& above, const xla::ffi::AnyBuffer& counts,
+    const xla::ffi::AnyBuffer& noisy_max, const xla::ffi::AnyBuffer& indices,
+    const std::string& op) {
+  namespace ffi = xla::ffi;
+  auto decoded = DecodeFilteredSampler(keys, logits, temperature, top_k, top_p, min_p, offsets,
+                                       nullptr, noisy_max, indices, op);
+  if (!decoded.has_value()) return ffi::Unexpected(decoded.error());
+  SplitDrawView v{*decoded, 0, false};
+  const RowView& view = decoded->view;
+  if (view.rows == 0) return v;
+  if (!decoded->sampler.has_offsets) {
+    return ffi::Unexpected(
+        ffi::Error::InvalidArgument(op + ": the offsets (row, column) must be given"));
+  }
+  auto shards = DecodeSplitTops(view, logits, tops, op);
+  if (!shards.has_value()) return ffi::Unexpected(shards.error());
+  v.shards = *shards;
+  v.levels = above.element_count() != 0 || counts.element_count() != 0;
+  if (v.levels) {
+    const MassLevelsView levels = MassLevelsOf(view.format);
+    ffi::Error error =
+        CheckCount(above, ffi::DataType::U32,
+                   view.rows * (levels.count - 1) * levels.width * kMassLimbs, "above", op);
+    if (error.failure()) return ffi::Unexpected(std::move(error));
+    error = CheckCount(counts, ffi::DataType::U32,
+                       view.rows * v.shards * levels.Digits(levels.count - 1), "counts", op);
+    if (error.failure()) return ffi::Unexpected(std::move(error));
+  }
+  return v;
 }
 
 }  // namespace jax_argreduce

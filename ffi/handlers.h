@@ -17,7 +17,7 @@ namespace jax_argreduce {
 // filtered categorical: (keys, logits, temperature, top_k, top_p, min_p, offsets, columns) ->
 // (noisy_max, indices); columns: each logit's global column, or none. Attribute k_bound (> 0:
 // every row's top_k is in [1, k_bound]; the CPU handler ignores it).
-// A split vocabulary without a top-k (CPU only): top_p level: (logits, temperature, top_p,
+// A split vocabulary without a top-k: top_p level: (logits, temperature, top_p,
 // tops, above) -> histogram, attribute level; split filtered draw: (keys, logits, temperature,
 // top_k, top_p, min_p, offsets, tops, above, counts) -> (noisy_max, indices) (cpu_sample.h).
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ArgReduceCpu);
@@ -48,6 +48,8 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(CategoricalCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(TopKCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ScaledTopKCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(FilteredCategoricalCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TopPLevelCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SplitFilteredDrawCuda);
 #endif
 
 }  // namespace jax_argreduce

@@ -137,6 +137,8 @@ NB_MODULE(_argreduce, m) {
     add("top_k", "cuda", TopKCuda, nullptr);
     add("scaled_top_k", "cuda", ScaledTopKCuda, nullptr);
     add("filtered_categorical", "cuda", FilteredCategoricalCuda, nullptr);
+    add("top_p_level", "cuda", TopPLevelCuda, nullptr);
+    add("split_filtered_draw", "cuda", SplitFilteredDrawCuda, nullptr);
 #endif
     return targets;
   }, "FFI targets: [(op, platform, target name, {stage: handler capsule})].");

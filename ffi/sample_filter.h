@@ -140,6 +140,37 @@ struct MassLevels {
 constexpr int kMassLimbs = 3;
 constexpr int kMassLimbBits = 22;
 
+JAX_ARGREDUCE_HD uint64_t MassFromLimbs(const uint32_t* limbs) {
+  uint64_t mass = 0;
+  for (int j = 0; j < kMassLimbs; ++j) {
+    mass += static_cast<uint64_t>(limbs[j]) << (kMassLimbBits * j);
+  }
+  return mass;
+}
+JAX_ARGREDUCE_HD void MassToLimbs(uint64_t mass, uint32_t* limbs) {
+  for (int j = 0; j < kMassLimbs; ++j) {
+    limbs[j] = static_cast<uint32_t>((mass >> (kMassLimbBits * j)) & ((1u << kMassLimbBits) - 1));
+  }
+}
+
+// The mass (FixedMass) of every token whose z has radix key `key` (not a NaN's: RadixKey's
+// inverse), in a row whose top is z_max: a level's digits complete the key, so the last
+// level's tokens of one digit share one z and one mass.
+template <class Noise>
+JAX_ARGREDUCE_HD uint64_t KeyMass(uint64_t key, Noise z_max) {
+  if constexpr (sizeof(Noise) == 8) {
+    const int64_t ordered = static_cast<int64_t>(key ^ (uint64_t{1} << 63));
+    const uint64_t bits = ordered >= 0 ? static_cast<uint64_t>(ordered)
+                                       : ((uint64_t{1} << 63) | (0 - static_cast<uint64_t>(ordered)));
+    return FixedMass(exact_detail::AsDouble(bits), z_max);
+  } else {
+    const int32_t ordered = static_cast<int32_t>(static_cast<uint32_t>(key) ^ (1u << 31));
+    const uint32_t bits = ordered >= 0 ? static_cast<uint32_t>(ordered)
+                                       : ((1u << 31) | (0u - static_cast<uint32_t>(ordered)));
+    return FixedMass(exact_detail::AsFloat(bits), z_max);
+  }
+}
+
 // The digit of one level's histogram `masses` (`size` digits) where the running mass, from
 // `before` (the mass of the tokens above the level's prefix), reaches p of `total`; `before`
 // becomes the mass above that digit. TopPBar's walk over its buckets (cpu_sample.h): empty

@@ -25,6 +25,9 @@
 // A T == 0 row is the argmax of its logits, a row without an active filter categorical's plain
 // draw, both as cpu_sample.h computes them.
 //
+// A vocabulary split over devices without a top-k runs two more kernels per shard, one block
+// per row (the end of this file): top-p's levels and the draw, on exchanged integer masses.
+//
 // Every reduction is a total order or an integer sum, so the result does not depend on the
 // block size or on the order the threads visit the tokens. No programmatic dependent launch:
 // the kernel reads its inputs from its first instruction on.
@@ -720,6 +723,283 @@ void LaunchSpread(const SpreadParams& sp, cudaStream_t stream) {
   SpreadDrawKernel<F><<<grid, kThreads, 0, stream>>>(sp);
 }
 
+// ---------------------------------------------------------------------------------------------
+// A vocabulary split over devices without a top-k (sample_kernels.h, TopPLevelLaunch and
+// SplitDrawLaunch; cpu_sample.h, LevelRow and SplitDrawRow): one block per row (blocks loop
+// over rows), RowSampler's block steps over the shard's columns. The levels' digit picks are
+// CrossingDigit's walk done by a block scan; the masses come in and go out as limbs.
+
+using SplitLevels = MassLevels<32>;
+static_assert(SplitLevels::kCount == 3 && SplitLevels::kWidth == kBins &&
+              (1 << SplitLevels::Bits(SplitLevels::kCount - 1)) == kFilterSpreadLastBins);
+
+struct SplitParams {
+  Params p;                 // the level reads the logits, temperature and top_p
+  const void* tops;         // [rows, shards]
+  int64_t shards;
+  const uint32_t* above;    // [rows, levels before, kBins, kMassLimbs]
+  const uint32_t* counts;   // the draw: [rows, shards, last digits]; nullptr: no levels
+  int level;                // the level kernel's
+  uint32_t* histogram;      // the level kernel's output
+};
+
+template <Format F>
+struct SplitRow {
+  using Sampler = RowSampler<F>;
+  using Noise = typename Sampler::Noise;
+  using Bits = typename Sampler::Bits;
+  using Pair = typename Sampler::Pair;
+  using Row = typename Sampler::Row;
+
+  Sampler& sampler;
+  const SplitParams& sp;
+  int64_t row;
+
+  // z_max and the shard holding the row's first token (cpu_sample.h, TopOfShards: the first
+  // shard among equal tops), in every thread.
+  struct Top {
+    Noise z_max;
+    int64_t shard;
+  };
+  __device__ Top TopOfShards() {
+    const Bits* tops = static_cast<const Bits*>(sp.tops) + row * sp.shards;
+    Pair best = Pair::Identity();
+    for (int64_t s = threadIdx.x; s < sp.shards; s += kThreads) {
+      best = Combine(best, Pair{Row::KeyOf(sampler.r.Scaled(tops[s])), static_cast<int32_t>(s)});
+    }
+    best = sampler.AllBest(best);
+    return Top{sampler.r.Scaled(tops[best.index]), best.index};
+  }
+
+  // CrossingDigit (sample_filter.h) over the kBins masses in sh.hist.mass (digits past the
+  // level's own hold 0), in every thread: the walk from the top digit stops at the first
+  // non-empty digit whose mass through it is not below p of the total, or at digit 0; `before`
+  // gains the mass above that digit. A digit's mass through it grows as the walk goes on, so
+  // the walk's stop is the highest such digit.
+  __device__ uint32_t CrossingDigit(float p, uint64_t total, uint64_t& before) {
+    auto& sh = sampler.sh;
+    unsigned long long v[kBinsPerThread], through[kBinsPerThread];
+#pragma unroll
+    for (int i = 0; i < kBinsPerThread; ++i) {
+      v[i] = sh.hist.mass[kBins - 1 - (threadIdx.x * kBinsPerThread + i)];
+    }
+    cub::BlockScan<unsigned long long, kThreads>(sh.scan.mass).InclusiveSum(v, through);
+    int stop = 0;
+#pragma unroll
+    for (int i = 0; i < kBinsPerThread; ++i) {
+      const int d = kBins - 1 - (threadIdx.x * kBinsPerThread + i);
+      if (d > 0 && v[i] != 0 && !MassBelow(before + through[i], p, total)) stop = max(stop, d);
+    }
+    stop = device::BlockReduce<kThreads>(stop, [](int a, int b) { return max(a, b); }, 0);
+    if (threadIdx.x == 0) sh.digit = static_cast<uint32_t>(stop);
+    __syncthreads();
+    const uint32_t digit = sh.digit;
+#pragma unroll
+    for (int i = 0; i < kBinsPerThread; ++i) {
+      if (kBins - 1 - (threadIdx.x * kBinsPerThread + i) == static_cast<int>(digit)) {
+        sh.above = through[i] - v[i];
+      }
+    }
+    __syncthreads();
+    before += sh.above;
+    __syncthreads();  // sh.digit and sh.above are written again by the next call
+    return digit;
+  }
+
+  // PickLevels (cpu_sample.h) over the row's summed masses of levels [0, levels) in `above`
+  // (limbs, levels_in_above of them per row): the key's high bits, the mass above them and the
+  // row's total, in every thread.
+  struct MassPrefix {
+    uint64_t prefix = 0;
+    uint64_t before = 0;
+    uint64_t total = 0;
+  };
+  __device__ MassPrefix PickLevels(int levels, int levels_in_above, float p) {
+    auto& sh = sampler.sh;
+    const uint32_t* above = sp.above + row * levels_in_above * kBins * kMassLimbs;
+    MassPrefix m;
+    for (int l = 0; l < levels; ++l) {
+      unsigned long long sum = 0;
+      for (int d = threadIdx.x; d < kBins; d += kThreads) {
+        const uint64_t mass = MassFromLimbs(above + (l * kBins + d) * kMassLimbs);
+        sh.hist.mass[d] = mass;
+        sum += mass;
+      }
+      __syncthreads();
+      if (l == 0) m.total = sampler.AllSum(sum);
+      const uint32_t d = CrossingDigit(p, m.total, m.before);
+      m.prefix |= static_cast<uint64_t>(d) << SplitLevels::Shift(l);
+    }
+    return m;
+  }
+};
+
+// LevelRow (cpu_sample.h) for each row: the masses (limbs) or, at the last level, the counts of
+// tokens of positive mass per digit of the shard's tokens under the digits picked before;
+// zeros where the row needs no levels (T == 0, p >= 1, a NaN or -inf top).
+template <Format F>
+__global__ void __launch_bounds__(kThreads) TopPLevelKernel(SplitParams sp) {
+  using Sampler = RowSampler<F>;
+  using Noise = typename Sampler::Noise;
+  using Policy = typename Sampler::Policy;
+  __shared__ typename Sampler::Shared sh;
+  const int level = sp.level;
+  const bool last = level == SplitLevels::kCount - 1;
+  const int digits = 1 << SplitLevels::Bits(level);
+  const auto* t = static_cast<const Noise*>(sp.p.temperature);
+  const auto* logits = static_cast<const typename Sampler::Bits*>(sp.p.logits);
+  for (int64_t row = blockIdx.x; row < sp.p.rows; row += gridDim.x) {
+    const typename Sampler::Row r = Policy::Scaling(t[sp.p.temperature_per_row ? row : 0]);
+    const float p = sp.p.top_p[row];
+    Sampler sampler{sh, logits + row * sp.p.cols, sp.p.cols, r};
+    SplitRow<F> split{sampler, sp, row};
+    bool needs = !r.greedy && p < 1.0f;  // uniform across the block
+    Noise z_max = Noise(0);
+    if (needs) {
+      z_max = split.TopOfShards().z_max;
+      needs = z_max == z_max && z_max != -Noise(INFINITY);
+    }
+    const uint64_t prefix = needs && level > 0 ? split.PickLevels(level, level, p).prefix : 0;
+    for (int i = threadIdx.x; i < kBins; i += kThreads) sh.hist.mass[i] = 0;
+    __syncthreads();
+    const MassBins bins(sh.hist.mass_words);
+    if (needs) {
+      sampler.ForEach([&](int64_t, Noise z) {
+        const uint64_t key = Sampler::SortKey(z);
+        if (!SplitLevels::Under(key, prefix, level)) return;
+        const uint32_t digit = static_cast<uint32_t>(SplitLevels::Digit(key, level));
+        const uint64_t w = FixedMass(z, z_max);
+        if (w == 0) return;
+        if (last) {
+          atomicAdd(&sh.hist.count[digit], 1u);
+        } else {
+          bins.Add(digit, w);
+        }
+      });
+    }
+    __syncthreads();
+    uint32_t* out = sp.histogram + row * digits * (last ? 1 : kMassLimbs);
+    for (int d = threadIdx.x; d < digits; d += kThreads) {
+      if (last) {
+        out[d] = sh.hist.count[d];
+      } else {
+        MassToLimbs(bins.Sum(d), out + d * kMassLimbs);
+      }
+    }
+    __syncthreads();  // the next row reuses the shared memory
+  }
+}
+
+// SplitDrawRow (cpu_sample.h) for each row: the (noisy key, local column) of the shard's best
+// kept token; a -inf key (column 0) where it keeps none.
+template <Format F>
+__global__ void __launch_bounds__(kThreads) SplitFilteredDrawKernel(SplitParams sp) {
+  using Sampler = RowSampler<F>;
+  using Noise = typename Sampler::Noise;
+  using Pair = typename Sampler::Pair;
+  using Row = typename Sampler::Row;
+  __shared__ typename Sampler::Shared sh;
+  __shared__ float min_p_floor;
+  const auto policy = PolicyOf<F>(sp.p);
+  const auto* logits = static_cast<const typename Sampler::Bits*>(sp.p.logits);
+  constexpr int kLast = SplitLevels::kCount - 1;
+  constexpr int kLastDigits = 1 << SplitLevels::Bits(kLast);
+  // The shard: its column offset over the shard width (a larger one reads as the last shard).
+  const int64_t shard = Min(sp.shards - 1, static_cast<int64_t>(static_cast<uint32_t>(sp.p.offsets[1])) /
+                                               sp.p.cols);
+  for (int64_t row = blockIdx.x; row < sp.p.rows; row += gridDim.x) {
+    const Row r = policy.ForRow(row);
+    const auto* x = logits + row * sp.p.cols;
+    Sampler sampler{sh, x, sp.p.cols, r};
+    SplitRow<F> split{sampler, sp, row};
+    const RowFilters f{0, sp.p.top_p[row], sp.p.min_p[row]};
+    const bool top_p = f.HasTopP() && sp.counts != nullptr;
+    const Pair lose{Row::KeyOf(-Noise(INFINITY)), 0};
+    Pair best;
+    if (r.greedy) {
+      best = sampler.Argmax();  // the shards' argmax pairs combine to the row's
+    } else if (!top_p && !f.HasMinP()) {
+      best = sampler.DrawKept(Bar{0, sp.p.cols}, 0.0f, Noise(0));  // categorical's draw
+    } else {
+      const typename SplitRow<F>::Top top = split.TopOfShards();
+      if (f.HasMinP() && threadIdx.x < 32) {
+        const float floor = MinPFloorWarp(f.min_p);
+        if (threadIdx.x == 0) min_p_floor = floor;
+      }
+      __syncthreads();
+      const float d_floor = f.HasMinP() ? min_p_floor : -INFINITY;
+      if (top.z_max != top.z_max || top.z_max == -Noise(INFINITY) || !(0.0f >= d_floor)) {
+        // The row's first token alone (a NaN or -inf top; or nothing kept: min_p > 1, traced):
+        // the shard holding it draws it (the first of its tokens in the z order).
+        Pair first = Pair::Identity();
+        sampler.ForEach([&](int64_t c, Noise z) {
+          first = Combine(first, Pair{Row::KeyOf(z), static_cast<int32_t>(c)});
+        });
+        first = sampler.AllBest(first);
+        best = shard == top.shard ? sampler.Draw(first.index) : lose;
+      } else {
+        // top-p's bar: kept iff the key is above `bar`, or equal to it with a positive mass at
+        // a column up to `tie_col` (this shard's share of the kept ties, in column order). No
+        // top-p: every key is above 0.
+        uint64_t bar = 0;
+        int64_t tie_col = -1;
+        if (top_p) {
+          typename SplitRow<F>::MassPrefix m = split.PickLevels(kLast, kLast, f.p);
+          // The last level's masses: its digits complete the key, so a digit's tokens share
+          // one mass: count * mass.
+          const uint32_t* counts = sp.counts + row * sp.shards * kLastDigits;
+          for (int d = threadIdx.x; d < kBins; d += kThreads) {
+            uint64_t n = 0;
+            if (d < kLastDigits) {
+              for (int64_t s = 0; s < sp.shards; ++s) n += counts[s * kLastDigits + d];
+            }
+            sh.hist.mass[d] = n == 0 ? 0 : n * KeyMass(m.prefix | static_cast<uint64_t>(d),
+                                                       top.z_max);
+          }
+          __syncthreads();
+          const uint32_t d = split.CrossingDigit(f.p, m.total, m.before);
+          bar = m.prefix | d;
+          unsigned long long ties = 0, ties_before = 0;
+          for (int64_t s = threadIdx.x; s < sp.shards; s += kThreads) {
+            const uint32_t n = counts[s * kLastDigits + d];
+            ties += n;
+            if (s < shard) ties_before += n;
+          }
+          ties = sampler.AllSum(ties);
+          ties_before = sampler.AllSum(ties_before);
+          const int64_t kept = TiesKept(m.before, KeyMass(bar, top.z_max),
+                                        static_cast<int64_t>(ties), f.p, m.total);
+          const int64_t mine = counts[shard * kLastDigits + d];
+          const int64_t quota =
+              kept - static_cast<int64_t>(ties_before) <= 0 ? 0
+                  : Min(kept - static_cast<int64_t>(ties_before), mine);
+          if (quota > 0) {
+            const Noise z_max = top.z_max;
+            tie_col = sampler.TieColumn(
+                bar, [&](int64_t c) { return FixedMass(r.Scaled(x[c]), z_max) > 0; },
+                [quota](uint32_t) { return static_cast<uint32_t>(quota); });
+          }
+        }
+        Pair kept = Pair::Identity();
+        bool any = false;
+        sampler.ForEach([&](int64_t c, Noise z) {
+          const uint64_t key = Sampler::SortKey(z);
+          const bool in_bar = key > bar || (key == bar && c <= tie_col &&
+                                             FixedMass(z, top.z_max) > 0);
+          if (!in_bar || !(MassExponent(z, top.z_max) >= d_floor)) return;
+          any = true;
+          kept = Combine(kept, Pair{NoisyKey<F>(r, z, c), static_cast<int32_t>(c)});
+        });
+        any = __syncthreads_or(any);
+        kept = sampler.AllBest(kept);
+        best = any ? kept : lose;
+      }
+    }
+    if (threadIdx.x == 0) sp.p.epilogue(row, best, x);
+    __syncthreads();  // the next row reuses the shared memory
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& l) {
@@ -764,6 +1044,63 @@ cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& l) {
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(l.rows, int64_t{1} << 16));
   DispatchFormat(l.format, false, [&](auto f, auto) {
     FilteredSampleKernel<decltype(f)::value><<<grid, kThreads, 0, l.stream>>>(params);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchTopPLevel(const TopPLevelLaunch& l) {
+  if (l.rows == 0) return cudaSuccess;
+  if (l.rows < 0 || l.cols < 1 || l.cols > INT32_MAX || l.shards < 1 || l.level < 0 ||
+      l.level >= SplitLevels::kCount || l.format == Format::kF64 || l.logits == nullptr ||
+      l.temperature.data == nullptr || l.top_p.data == nullptr || l.tops == nullptr ||
+      (l.level > 0 && l.above == nullptr) || l.histogram == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  Params params{};
+  params.logits = l.logits;
+  params.rows = l.rows;
+  params.cols = l.cols;
+  params.temperature = l.temperature.data;
+  params.temperature_per_row = l.temperature.per_row;
+  params.top_p = l.top_p;
+  const SplitParams sp{params, l.tops, l.shards, l.above, nullptr, l.level, l.histogram};
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(l.rows, int64_t{1} << 16));
+  DispatchFormat(l.format, false, [&](auto f, auto) {
+    constexpr Format kF = decltype(f)::value;
+    if constexpr (kF != Format::kF64) TopPLevelKernel<kF><<<grid, kThreads, 0, l.stream>>>(sp);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSplitFilteredDraw(const SplitDrawLaunch& l) {
+  if (l.rows == 0) return cudaSuccess;
+  if (l.rows < 0 || l.cols < 1 || l.cols > INT32_MAX || l.num_keys < 1 ||
+      l.rows % l.num_keys != 0 || l.shards < 1 || l.format == Format::kF64 ||
+      l.keys == nullptr || l.logits == nullptr || l.temperature.data == nullptr ||
+      l.top_p.data == nullptr || l.min_p.data == nullptr || l.offsets == nullptr ||
+      l.tops == nullptr || (l.above == nullptr) != (l.counts == nullptr) ||
+      l.indices == nullptr || l.noisy_max == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const Params params{l.keys,
+                      l.num_keys,
+                      l.logits,
+                      l.rows,
+                      l.cols,
+                      l.temperature.data,
+                      l.temperature.per_row,
+                      RowParam<int32_t>{},
+                      l.top_p,
+                      l.min_p,
+                      l.offsets,
+                      NoisyMaxEpilogue{l.indices, l.index_is_int64, l.noisy_max}};
+  const SplitParams sp{params, l.tops, l.shards, l.above, l.counts, 0, nullptr};
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(l.rows, int64_t{1} << 16));
+  DispatchFormat(l.format, false, [&](auto f, auto) {
+    constexpr Format kF = decltype(f)::value;
+    if constexpr (kF != Format::kF64) {
+      SplitFilteredDrawKernel<kF><<<grid, kThreads, 0, l.stream>>>(sp);
+    }
   });
   return cudaGetLastError();
 }

@@ -55,6 +55,55 @@ struct FilteredSampleLaunch {
 // Returns the first CUDA error (cudaErrorInvalidValue for arguments out of range).
 cudaError_t LaunchFilteredSample(const FilteredSampleLaunch& launch);
 
+// A vocabulary split over devices without a top-k (jax_argreduce/_sharding.py,
+// split_prefix_sample): the two stages a shard runs, the same results as the CPU handler's
+// FilteredSamplerCpu<F>::LevelRow and SplitDrawRow (cpu_sample.h), bit for bit. 16- and
+// 32-bit formats (three levels over z's 32-bit key); one block per row. `tops` ([rows, shards],
+// the logits' format): each shard's first token in the z order; masses cross as uint32 limbs
+// (sample_filter.h, kMassLimbs).
+struct TopPLevelLaunch {
+  cudaStream_t stream = nullptr;
+  Format format = Format::kF32;
+  const void* logits = nullptr;        // this shard's, rows x cols
+  int64_t rows = 0;
+  int64_t cols = 0;
+  RowParam<float> temperature;
+  RowParam<float> top_p;
+  const void* tops = nullptr;
+  int64_t shards = 1;
+  int level = 0;                       // in [0, 3)
+  const uint32_t* above = nullptr;     // [rows, level, 2048, 3]: the summed masses before
+  uint32_t* histogram = nullptr;       // [rows, 2048, 3] masses; the last level [rows, 1024]
+};
+cudaError_t LaunchTopPLevel(const TopPLevelLaunch& launch);
+
+struct SplitDrawLaunch {
+  cudaStream_t stream = nullptr;
+  Format format = Format::kF32;
+  const uint32_t* keys = nullptr;      // num_keys x 2 uint32
+  int64_t num_keys = 1;
+  const void* logits = nullptr;        // this shard's, rows x cols
+  int64_t rows = 0;
+  int64_t cols = 0;
+  RowParam<float> temperature;
+  RowParam<float> top_p;
+  RowParam<float> min_p;
+  // (row, column) offsets of the shard in the global logits, in device memory: the column
+  // offset is shard * cols (a larger one reads as the last shard).
+  const int32_t* offsets = nullptr;
+  const void* tops = nullptr;
+  int64_t shards = 1;
+  // top-p's levels, or both nullptr (no row has a top-p): the summed masses of the levels
+  // before the last ([rows, 2, 2048, 3]) and the last level's counts per shard ([rows, shards,
+  // 1024]).
+  const uint32_t* above = nullptr;
+  const uint32_t* counts = nullptr;
+  void* indices = nullptr;             // [rows] int32, or int64 when index_is_int64: local
+  bool index_is_int64 = false;
+  void* noisy_max = nullptr;           // [rows] float32
+};
+cudaError_t LaunchSplitFilteredDraw(const SplitDrawLaunch& launch);
+
 }  // namespace jax_argreduce
 
 #endif  // JAX_ARGREDUCE_FFI_SAMPLE_KERNELS_H_

@@ -271,13 +271,15 @@ def exchanges_masses(platform: str, shape, dtype, shards: int, k_bound: int, met
   without a top-k (``k_bound`` -1: top-p and/or min-p) exchanges the shards' first tokens,
   top-p's per-digit masses (where ``has_top_p``) and the shards' draws
   (_sharding.split_prefix_sample) rather than gathering the logits: where the handler takes
-  the call, on CPU (the stages have no CUDA handlers yet), for at most MAX_MASS_SHARDS shards
-  (the masses' limbs stay exact), and where those exchanges move fewer bytes per row than the
-  row's logits (top-p's levels: 24 KiB per summed level and 4 KiB of counts per shard)."""
-  if not (k_bound == -1 and platform == "cpu" and 1 < shards <= MAX_MASS_SHARDS
+  the call (on CUDA: 16- and 32-bit logits, the stages' kernels), for at most MAX_MASS_SHARDS
+  shards (the masses' limbs stay exact), and where those exchanges move fewer bytes per row
+  than the row's logits (top-p's levels: 24 KiB per summed level and 4 KiB of counts per
+  shard)."""
+  itemsize = np.dtype(dtype).itemsize
+  if not (k_bound == -1 and 1 < shards <= MAX_MASS_SHARDS
+          and (platform == "cpu" or (platform == "cuda" and itemsize <= 4))
           and route("filtered_categorical", platform, shape, dtype, method) == "kernel"):
     return False
-  itemsize = np.dtype(dtype).itemsize
   exchanged = shards * (itemsize + 8)  # the tops; the pairs (noisy maximum, index)
   if has_top_p:
     levels, last_bits = _ffi.mass_levels(dtype)

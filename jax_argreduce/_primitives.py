@@ -871,9 +871,15 @@ def _row_result(aval, tail: tuple, dtype):
                      sharding=aval.sharding.update(spec=P(*spec[:-1], *(None,) * len(tail))))
 
 
+# The split stages' CUDA handlers take no workspace: an empty one (every CUDA handler's last
+# result).
+_NO_WORKSPACE = 0
+
+
 def _top_p_level_block(logits, temperature, top_p, tops, above, level: int, *, platform):
   """top-p's level ``level`` on a block of a split vocabulary (stage of
-  _sharding.split_prefix_sample; the "top_p_level" handler, ffi/cpu_sample.h): per row, the
+  _sharding.split_prefix_sample; the "top_p_level" handler, ffi/cpu_sample.h and
+  ffi/sample_kernels.h): per row, the
   block's masses per digit (uint32 limbs ``[..., 2048, 3]``) or, at the last level, its counts
   (uint32 ``[..., 2^bits]``), from ``tops`` (every shard's first token, ``[..., shards]``) and
   ``above`` (the summed masses of the levels before, ``[..., level, 2048, 3]``)."""
@@ -889,13 +895,15 @@ def _top_p_level_block(logits, temperature, top_p, tops, above, level: int, *, p
       "top_p_level", platform, [logits, flat(temperature), flat(top_p), tops, above],
       [_row_result(aval, tail, np.uint32)],
       [rows + ("cols",), ("nt",), ("np",), rows + ("shards",), rows + ("a0", "a1", "a2")],
-      [rows + tuple(f"h{i}" for i in range(len(tail)))], level=np.int64(level))[0]
+      [rows + tuple(f"h{i}" for i in range(len(tail)))], workspace_bytes=_NO_WORKSPACE,
+      level=np.int64(level))[0]
 
 
 def _split_draw_block(keys, logits, temperature, top_k, top_p, min_p, offsets, tops, above,
                       counts, *, index_dtype, method, platform):
   """The filtered sampler's draw on a block of a split vocabulary without a top-k (last stage
-  of _sharding.split_prefix_sample; the "split_filtered_draw" handler, ffi/cpu_sample.h):
+  of _sharding.split_prefix_sample; the "split_filtered_draw" handler, ffi/cpu_sample.h and
+  ffi/sample_kernels.h):
   ``[noisy_max, local indices]`` of the block's best kept token per row (a -inf noisy maximum
   where it keeps none), for the pair exchange. ``above``/``counts``: top-p's summed masses of
   the levels before the last and the last level's counts per shard, or empty (no top-p)."""
@@ -915,7 +923,7 @@ def _split_draw_block(keys, logits, temperature, top_k, top_p, min_p, offsets, t
       "split_filtered_draw", platform, [flat_keys, logits, *flat_params, offsets, tops, above,
                                         counts],
       avals_out, [*operand_f, rows + ("shards",), factors(above, "a"), factors(counts, "c")],
-      result_f)
+      result_f, workspace_bytes=_NO_WORKSPACE)
 
 
 def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound, has_top_p,

@@ -165,3 +165,58 @@ def staged_candidates_sample(device, key, x, shards: int, k_bound: int, **filter
     assert "jax_argreduce_scaled_top_k_cuda" in text, "the GPU program does not call the select"
   with jax.default_device(device):
     return np.asarray(f(*args))
+
+
+def staged_prefix_sample(device, key, x, shards: int, **filters):
+  """The split vocabulary's mass exchange without a top-k (_sharding.split_prefix_sample)
+  composed by hand on one device: each of ``shards`` equal column blocks' first token (the
+  ``scaled_top_k`` handler, k = 1), top-p's levels per block (``top_p_level``) with their
+  masses summed here (uint32 limbs) and the last level's counts stacked per block, each
+  block's draw (``split_filtered_draw``, its global column offset) and the pairs combined —
+  the stages a vocab-split call runs, without a mesh (so that one GPU runs their CUDA
+  handlers). ``top_p`` absent: no levels, as the partition rule. Returns the samples (global
+  columns) as numpy."""
+  from jax_argreduce import _params, _primitives, _sharding
+  platform = "cuda" if device.platform == "gpu" else device.platform
+  temperature = filters.pop("temperature", None)
+  has_top_p = filters.get("top_p") is not None
+
+  def staged(k, v):
+    keys, logits, t, index_dtype = _api._sampler_operands(k, v, temperature, v.ndim - 1,
+                                                          "categorical")
+    params = [_params.operand(p, filters.get(n), logits.shape[:-1], "categorical")
+              for p, n in zip(_params.FILTERS, ("top_k", "top_p", "min_p"))]
+    width = logits.shape[-1] // shards
+    blocks = [logits[..., s * width:(s + 1) * width] for s in range(shards)]
+    tops = jnp.concatenate([_primitives._scaled_top_k_block(b, t, 1, platform=platform)[0]
+                            for b in blocks], -1)
+    levels = _ffi.mass_levels(logits.dtype)[0] if has_top_p else 0
+    above = jnp.zeros((*logits.shape[:-1], 0, _ffi.MASS_LEVEL_WIDTH, _ffi.MASS_LIMBS),
+                      np.uint32)
+    counts = np.zeros((0,), np.uint32)
+    for level in range(levels):
+      hists = [_primitives._top_p_level_block(b, t, params[1], tops, above, level,
+                                              platform=platform) for b in blocks]
+      if level < levels - 1:
+        above = jnp.concatenate([above, sum(hists)[..., None, :, :]], axis=-3)
+      else:
+        counts = jnp.stack(hists, axis=-2)
+    if not levels:
+      above = np.zeros((0,), np.uint32)
+    values, indices = [], []
+    for s, b in enumerate(blocks):
+      offsets = np.array([0, s * width], np.int32)
+      value, local = _primitives._split_draw_block(
+          keys, b, t, *params, offsets, tops, above, counts, index_dtype=index_dtype,
+          method="kernel", platform=platform)
+      values.append(value)
+      indices.append(local + np.asarray(s * width, local.dtype))
+    return _sharding.combine_pairs(jnp.stack(values, -1), jnp.stack(indices, -1), False)[1]
+
+  f = jax.jit(staged)
+  args = jax.device_put((key, x), device)
+  if platform == "cuda":
+    text = f.lower(*args).as_text()
+    assert "jax_argreduce_split_filtered_draw_cuda" in text, "the GPU program does not draw"
+  with jax.default_device(device):
+    return np.asarray(f(*args))

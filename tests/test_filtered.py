@@ -20,7 +20,7 @@ import pytest
 import jax_argreduce
 from jax_argreduce import _ffi
 import reference
-from _common import staged_candidates_sample
+from _common import staged_candidates_sample, staged_prefix_sample
 from stats import P_MIN, chi_square_gof, report
 
 FILTERS = [
@@ -294,4 +294,30 @@ def test_staged_candidates_equal_the_unsplit_sample(shards, k_bound):
     keys = jax.random.split(jax.random.key(seed), rows)
     want = np.asarray(jax_argreduce.categorical(keys, x, **kw))
     got = staged_candidates_sample(cpu, keys, x, shards, k_bound, **kw)
+    np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize("shards", [2, 5])
+@pytest.mark.parametrize("top_p", [True, False], ids=["top_p", "min_p"])
+def test_staged_prefix_equals_the_unsplit_sample(shards, top_p):
+  """The mass exchange's stages composed on one device (_common.staged_prefix_sample: the
+  blocks' tops, top-p's levels summed, the draws, the pairs) give the unsplit call's samples
+  bit for bit: per-row top_p (crossings in tie groups straddling the blocks), min_p and
+  temperatures (zeros included), NaN and -inf rows; without top_p, no levels. (The meshes of
+  test_sharding.py run the same stages with the real exchange.)"""
+  rows, cols = 24, 1000
+  x = _rows(17, rows=rows, cols=cols)
+  x[8, :] = np.round(x[8] / 4)                            # wide ties across every block
+  x[9, [10, 260, 510, 760]] = 9.0                         # equal tops, one per block
+  x[10, :] = 1.0                                          # one value: the top's ties
+  rng = np.random.default_rng(17)
+  kw = dict(min_p=np.where(np.arange(rows) % 3 == 0, 0.05, 0.0),
+            temperature=np.where(np.arange(rows) % 5 == 0, 0.0, 0.8).astype(np.float32))
+  if top_p:
+    kw["top_p"] = np.where(np.arange(rows) % 7 == 0, 1.0, rng.uniform(0.05, 1.0, rows))
+  cpu = jax.devices("cpu")[0]
+  for seed in range(3):
+    keys = jax.random.split(jax.random.key(seed), rows)
+    want = np.asarray(jax_argreduce.categorical(keys, x, **kw))
+    got = staged_prefix_sample(cpu, keys, x, shards, **kw)
     np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")

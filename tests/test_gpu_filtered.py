@@ -24,7 +24,8 @@ import pytest
 
 import jax_argreduce
 import reference
-from _common import cuda_check_exe, needs_cuda_build, staged_candidates_sample, x64_for  # noqa: F401
+from _common import (cuda_check_exe, needs_cuda_build, staged_candidates_sample,  # noqa: F401
+                     staged_prefix_sample, x64_for)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
 
@@ -156,6 +157,27 @@ def test_gpu_candidate_stages_equal_cpu(rows, cols, shards, k_bound, dtype):
     want = sample(cpu_device(), key, x, **kw)
     got = staged_candidates_sample(gpu_device(), key, x, shards, k_bound, **kw)
     assert_same(got, want, f"{rows}x{cols} {dtype} {shards} shards, k_bound {k_bound}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("rows,cols,shards", [(24, 1000, 4), (37, 4099 * 3, 3),
+                                              (8, 202048, 2)], ids=str)
+@pytest.mark.parametrize("top_p", [True, False], ids=["top_p", "min_p"])
+def test_gpu_prefix_stages_equal_cpu(rows, cols, shards, top_p, dtype):
+  """A split vocabulary's mass exchange without a top-k, its stages composed on one GPU
+  (_common.staged_prefix_sample: the CUDA scaled_top_k's tops, top_p_level per column block
+  with the masses summed between, split_filtered_draw per block, the pairs combined): the
+  CPU's unsplit samples, bit for bit."""
+  rng = np.random.default_rng([rows, cols, shards, DTYPES.index(dtype), top_p])
+  x = logits(dtype, rng, rows, cols)
+  kw = dict(min_p=rng.choice(np.float32([0.0, 0.05, 0.5, 1.0]), rows),
+            temperature=rng.choice(np.float32([0.0, 0.8, 1.0, 1.7]), rows))
+  if top_p:
+    kw["top_p"] = rng.choice(np.float32([1.0, 0.9, 0.5, 1e-6]), rows)
+  for key in (jax.random.key(3), jax.random.split(jax.random.key(4), rows)):
+    want = sample(cpu_device(), key, x, **kw)
+    got = staged_prefix_sample(gpu_device(), key, x, shards, **kw)
+    assert_same(got, want, f"{rows}x{cols} {dtype} {shards} shards, top_p {top_p}")
 
 
 def test_sample_check_under_compute_sanitizer(tmp_path):

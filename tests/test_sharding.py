@@ -1090,8 +1090,8 @@ def test_filtered_vocab_split_batch_dims_and_runs(keys, exchange):
     if exchange == "candidates":
       assert all(op == "all-gather" and max(sizes) <= 32 * 2 * 32
                  for op, sizes in collectives(text)), collectives(text)
-    elif PLATFORM == "cpu":  # (CUDA gathers: the stages have no CUDA handlers yet)
-      assert "jax_argreduce_top_p_level_cpu" in text, text
+    else:
+      assert f"jax_argreduce_top_p_level_{PLATFORM}" in text, text
       assert max(s for _, sizes in collectives(text) for s in sizes) < 32 * cols // 2, text
 
 
@@ -1169,7 +1169,7 @@ def test_filtered_handler_columns_operand():
 # per-digit masses summed over the shards (integers, as uint32 limbs) and the last level's
 # counts per shard are exchanged, then each shard draws over its kept tokens and the pairs
 # combine (_sharding.split_prefix_sample): the unsharded sample, bit for bit, never the logits.
-# CPU only (no CUDA handlers for its stages yet: CUDA gathers).
+# On CPU and CUDA alike (the stages' handlers, ffi/cpu_sample.h and ffi/sample_kernels.h).
 
 # Wide enough that the exchanges move fewer bytes than the logits (_dispatch.exchanges_masses:
 # about 64 KiB per row with top_p, against 80 KB of a 16-bit row here).
@@ -1190,11 +1190,9 @@ def assert_masses_only(compiled, rows, shards, levels=3, last=1024):
   [rows, shards], the summed masses [rows, 2048, 3] of levels - 1 levels and the last level's
   counts [rows, shards, last] (levels 0: no top_p, none), the pairs [rows, shards]; nothing of
   the logits' size."""
-  if PLATFORM == "cuda":  # the stages' CUDA handlers do not exist: gathered
-    return
   text = compiled.as_text()
-  assert 'custom_call_target="jax_argreduce_split_filtered_draw_cpu"' in text
-  assert ('custom_call_target="jax_argreduce_top_p_level_cpu"' in text) == (levels > 0)
+  assert f'custom_call_target="jax_argreduce_split_filtered_draw_{PLATFORM}"' in text
+  assert (f'custom_call_target="jax_argreduce_top_p_level_{PLATFORM}"' in text) == (levels > 0)
   found = collectives(text)
   reduces = [s for op, sizes in found if op == "all-reduce" for s in sizes]
   gathers = sorted(s for op, sizes in found if op == "all-gather" for s in sizes)
@@ -1230,7 +1228,7 @@ def test_filtered_vocab_split_masses_only_where_smaller():
     f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=SPLIT_T, **kw))
     np.testing.assert_array_equal(np.asarray(f(key, xs)), np.asarray(f(key, x)))
     text = f.lower(key, xs).compile().as_text()
-    assert ("jax_argreduce_split_filtered_draw_cpu" in text) == (masses and PLATFORM == "cpu")
+    assert (f"jax_argreduce_split_filtered_draw_{PLATFORM}" in text) == masses
 
 
 @pytest.mark.parametrize("p", [0.05, 0.3, 0.55, 0.999])

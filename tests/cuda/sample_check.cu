@@ -13,7 +13,9 @@
 // T in {0, 0.8, 1, 1e-30}; one key or one per row; offsets or none; int32 or int64 indices.
 // Every case runs again without top-k (k_bound -1: the spread path, its workspace poisoned),
 // and then with min-p alone (has_top_p false: the spread path without top-p's levels). First,
-// min-p's floor as the spread path searches it (one warp) against the CPU handler's.
+// min-p's floor as the spread path searches it (one warp) against the CPU handler's; last, a
+// vocabulary split into equal shards without a top-k (RunSplit: the stages' kernels against
+// LevelRow and SplitDrawRow, shard by shard, and the combined sample against SampleRow).
 //
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi -I tests/cuda tests/cuda/sample_check.cu \
@@ -332,6 +334,239 @@ void Run(const Case& c, std::mt19937_64& rng) {
   }
 }
 
+// ---- A vocabulary split into `shards` equal shards without a top-k: the stages' kernels
+// (LaunchTopPLevel, LaunchSplitFilteredDraw) against the CPU handler's LevelRow and
+// SplitDrawRow on every shard, bit for bit (each level's histogram, each shard's draw), with
+// the exchanges done here (the levels' limbs summed, the counts gathered); then the shards'
+// draws combined (the larger noisy key, the lower global column) against the unsharded
+// SampleRow: the sample does not depend on the split.
+template <Format F>
+void RunSplit(int64_t rows, int64_t cols, int64_t shards, bool per_row, bool has_top_p,
+              std::mt19937_64& rng) {
+  using Sampler = FilteredSamplerCpu<F>;
+  using Policy = typename Sampler::Policy;
+  using Bits = typename Sampler::Bits;
+  using Noise = typename Sampler::Noise;
+  using Levels = typename Sampler::Levels;
+  using Key = typename Sampler::Key;
+  static_assert(sizeof(Noise) == 4, "16- and 32-bit formats");
+  const int64_t width = cols / shards;  // cols is a multiple of shards
+  std::vector<uint64_t> row_bits(cols);
+  std::vector<Bits> x(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    FillRow(F, static_cast<int>(rng() % kKinds), rng, row_bits.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = static_cast<Bits>(row_bits[c]);
+  }
+  const int64_t n_param = per_row ? rows : 1;
+  std::vector<uint32_t> keys(2 * n_param);
+  for (uint32_t& key : keys) key = static_cast<uint32_t>(rng());
+  std::vector<float> t(n_param), p(n_param), m(n_param);
+  for (int64_t i = 0; i < n_param; ++i) {
+    t[i] = static_cast<float>(kTs[rng() % 4]);
+    p[i] = has_top_p ? kPs[rng() % 6] : 1.0f;
+    m[i] = kMinPs[rng() % 4];
+  }
+  const int32_t row_offset = static_cast<int32_t>(rng() % 1000);
+  const RowParam<float> t_h{t.data(), per_row}, p_h{p.data(), per_row}, m_h{m.data(), per_row};
+  auto policy = [&](const int32_t* offsets) {
+    return Policy{keys.data(), rows / n_param, t.data(), per_row, offsets};
+  };
+
+  // Each shard's logits (rows x width), and every shard's first token per row (the split's
+  // tops: scaled_top_k's k = 1, by RankKey).
+  std::vector<std::vector<Bits>> part(shards, std::vector<Bits>(rows * width));
+  std::vector<Bits> tops(rows * shards);
+  for (int64_t s = 0; s < shards; ++s) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const Bits* src = &x[r * cols + s * width];
+      std::copy(src, src + width, &part[s][r * width]);
+      const auto row = Policy::Scaling(t_h[r]);
+      int64_t best = 0;
+      for (int64_t c = 1; c < width; ++c) {
+        if (Sampler::RankKey(row, src[c]) > Sampler::RankKey(row, src[best])) best = c;
+      }
+      tops[r * shards + s] = src[best];
+    }
+  }
+  std::vector<Bits*> d_part(shards);
+  for (int64_t s = 0; s < shards; ++s) d_part[s] = ToDevice(part[s]);
+  float* d_t = ToDevice(t);
+  float* d_p = ToDevice(p);
+  float* d_m = ToDevice(m);
+  uint32_t* d_keys = ToDevice(keys);
+  Bits* d_tops = ToDevice(tops);
+  int64_t bad = 0;
+  auto report = [&](const char* what, int64_t s, int64_t r, int64_t i) {
+    if (bad++ < 3) {
+      std::printf("  %s: shard %lld row %lld at %lld (T %g, p %g, min_p %g)\n", what,
+                  static_cast<long long>(s), static_cast<long long>(r), static_cast<long long>(i),
+                  t_h[r], p_h[r], m_h[r]);
+    }
+  };
+
+  // The levels: each shard's histogram on both sides, summed (limbs) or gathered (counts).
+  constexpr int kWidth = Levels::kWidth;
+  const int64_t last_digits = int64_t{1} << Levels::Bits(Levels::kCount - 1);
+  std::vector<uint32_t> above;  // [rows, levels so far, kWidth, kMassLimbs], as the exchange's
+  std::vector<uint32_t> counts(rows * shards * last_digits);
+  const int levels = has_top_p ? Levels::kCount : 0;
+  for (int level = 0; level < levels; ++level) {
+    const bool last = level == Levels::kCount - 1;
+    const int64_t digits = int64_t{1} << Levels::Bits(level);
+    const int64_t per_row_out = digits * (last ? 1 : kMassLimbs);
+    uint32_t* d_above = ToDevice(above);
+    uint32_t* d_hist = nullptr;
+    CHECK(cudaMalloc(&d_hist, rows * per_row_out * 4));
+    std::vector<uint32_t> sum(rows * per_row_out, 0);
+    for (int64_t s = 0; s < shards; ++s) {
+      CHECK(cudaMemset(d_hist, 0xA5, rows * per_row_out * 4));
+      TopPLevelLaunch launch;
+      launch.format = F;
+      launch.logits = d_part[s];
+      launch.rows = rows;
+      launch.cols = width;
+      launch.temperature = RowParam<float>{d_t, per_row};
+      launch.top_p = RowParam<float>{d_p, per_row};
+      launch.tops = d_tops;
+      launch.shards = shards;
+      launch.level = level;
+      launch.above = d_above;
+      launch.histogram = d_hist;
+      CHECK(LaunchTopPLevel(launch));
+      const std::vector<uint32_t> got = ToHost(d_hist, rows * per_row_out);
+      std::vector<uint64_t> above_row(level * kWidth), masses(digits);
+      std::vector<uint32_t> want(per_row_out);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < level * kWidth; ++i) {
+          above_row[i] = MassFromLimbs(&above[(r * level * kWidth + i) * kMassLimbs]);
+        }
+        Sampler::LevelRow(&part[s][r * width], width, Policy::Scaling(t_h[r]), p_h[r],
+                          &tops[r * shards], shards, above_row.data(), level,
+                          last ? nullptr : masses.data(), last ? want.data() : nullptr);
+        if (!last) {
+          for (int64_t d = 0; d < digits; ++d) MassToLimbs(masses[d], &want[d * kMassLimbs]);
+        }
+        for (int64_t i = 0; i < per_row_out; ++i) {
+          if (got[r * per_row_out + i] != want[i]) {
+            report(last ? "level counts" : "level masses", s, r, i);
+            break;
+          }
+        }
+        for (int64_t i = 0; i < per_row_out; ++i) {
+          if (last) {
+            counts[(r * shards + s) * last_digits + i] = want[i];
+          } else {
+            sum[r * per_row_out + i] += want[i];
+          }
+        }
+      }
+    }
+    if (!last) {  // above gains the level's sums
+      std::vector<uint32_t> next(rows * (level + 1) * kWidth * kMassLimbs);
+      const int64_t before = level * kWidth * kMassLimbs, add = kWidth * kMassLimbs;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(&above[r * before], &above[r * before] + before, &next[r * (before + add)]);
+        std::copy(&sum[r * add], &sum[r * add] + add, &next[r * (before + add) + before]);
+      }
+      above.swap(next);
+    }
+    CHECK(cudaFree(d_above));
+    CHECK(cudaFree(d_hist));
+  }
+
+  // The draws, and their combination.
+  uint32_t* d_above = levels ? ToDevice(above) : nullptr;
+  uint32_t* d_counts = levels ? ToDevice(counts) : nullptr;
+  std::vector<Key> best_key(rows, KeyLimits<Key>::kLowest);
+  std::vector<int64_t> best_col(rows, -1);
+  void *d_index = nullptr, *d_noisy = nullptr;
+  CHECK(cudaMalloc(&d_index, rows * 8));
+  CHECK(cudaMalloc(&d_noisy, rows * 4));
+  const int64_t above_count = (Levels::kCount - 1) * kWidth;
+  for (int64_t s = 0; s < shards; ++s) {
+    const std::vector<int32_t> offsets = {row_offset, static_cast<int32_t>(s * width)};
+    int32_t* d_offsets = ToDevice(offsets);
+    const bool int64_indices = rng() % 2;
+    CHECK(cudaMemset(d_index, 0xFF, rows * 8));
+    CHECK(cudaMemset(d_noisy, 0xAB, rows * 4));
+    SplitDrawLaunch launch;
+    launch.format = F;
+    launch.keys = d_keys;
+    launch.num_keys = n_param;
+    launch.logits = d_part[s];
+    launch.rows = rows;
+    launch.cols = width;
+    launch.temperature = RowParam<float>{d_t, per_row};
+    launch.top_p = RowParam<float>{d_p, per_row};
+    launch.min_p = RowParam<float>{d_m, per_row};
+    launch.offsets = d_offsets;
+    launch.tops = d_tops;
+    launch.shards = shards;
+    launch.above = d_above;
+    launch.counts = d_counts;
+    launch.indices = d_index;
+    launch.index_is_int64 = int64_indices;
+    launch.noisy_max = d_noisy;
+    CHECK(LaunchSplitFilteredDraw(launch));
+    const std::vector<uint8_t> got_index = ToHost(static_cast<uint8_t*>(d_index), rows * 8);
+    const std::vector<uint32_t> got_noisy = ToHost(static_cast<uint32_t*>(d_noisy), rows);
+    const auto shard_policy = policy(offsets.data());
+    SampleScratch scratch;
+    std::vector<uint64_t> above_row(levels ? above_count : 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (levels) {
+        for (int64_t i = 0; i < above_count; ++i) {
+          above_row[i] = MassFromLimbs(&above[(r * above_count + i) * kMassLimbs]);
+        }
+      }
+      const RowFilters f{0, p_h[r], m_h[r]};
+      const auto want = Sampler::SplitDrawRow(
+          &part[s][r * width], width, shard_policy.ForRow(r), f, &tops[r * shards], shards, s,
+          levels ? above_row.data() : nullptr,
+          levels ? &counts[r * shards * last_digits] : nullptr, scratch);
+      int32_t want_index = 0;
+      uint32_t want_noisy = 0;
+      NoisyMaxEpilogue{&want_index, false, &want_noisy}(0, want, &part[s][r * width]);
+      int64_t gi = 0;
+      std::memcpy(&gi, &got_index[r * (int64_indices ? 8 : 4)], int64_indices ? 8 : 4);
+      if (!int64_indices) gi = static_cast<int32_t>(gi);
+      if (gi != want_index || got_noisy[r] != want_noisy) {
+        report("draw", s, r, gi);
+        continue;
+      }
+      // The pair exchange: the larger key, then the lower global column.
+      const int64_t col = s * width + want.index;
+      if (want.key > best_key[r] || (want.key == best_key[r] && col < best_col[r])) {
+        best_key[r] = want.key;
+        best_col[r] = col;
+      }
+    }
+    CHECK(cudaFree(d_offsets));
+  }
+  // The unsharded sample.
+  const std::vector<int32_t> offsets = {row_offset, 0};
+  const auto full_policy = policy(offsets.data());
+  SampleScratch scratch;
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowFilters f{0, p_h[r], m_h[r]};
+    const auto want = Sampler::SampleRow(&x[r * cols], cols, full_policy.ForRow(r), f, scratch);
+    if (want.key != best_key[r] || want.index != best_col[r]) report("combined", -1, r, best_col[r]);
+  }
+  ++cases_run;
+  mismatches += bad > 0;
+  std::printf("%s split format %d %lldx%lld shards %lld per-row %d top-p %d%s\n",
+              bad ? "MISMATCH" : "ok", static_cast<int>(F), static_cast<long long>(rows),
+              static_cast<long long>(cols), static_cast<long long>(shards), per_row, has_top_p,
+              bad ? (" bad: " + std::to_string(bad)).c_str() : "");
+  for (Bits* d : d_part) CHECK(cudaFree(d));
+  for (void* ptr : {static_cast<void*>(d_t), static_cast<void*>(d_p), static_cast<void*>(d_m),
+                    static_cast<void*>(d_keys), static_cast<void*>(d_tops),
+                    static_cast<void*>(d_above), static_cast<void*>(d_counts), d_index,
+                    d_noisy}) {
+    CHECK(cudaFree(ptr));
+  }
+}
+
 __global__ void MinPFloorKernel(const float* min_p, float* floor, int n) {
   const int i = (blockIdx.x * blockDim.x + threadIdx.x) / 32;  // one warp per value
   if (i >= n) return;  // the whole warp (its lanes share i)
@@ -490,6 +725,30 @@ int main(int argc, char** argv) {
         Run(c, rng);
         c.no_top_p = true;
         Run(c, rng);
+      }
+    }
+  }
+  // A split vocabulary (rows, cols, shards): odd widths, more shards than a block's threads.
+  struct Split {
+    int64_t rows, cols, shards;
+  };
+  std::vector<Split> splits = {{3, 14, 2}, {5, 99, 3}, {2, 1800, 600}};
+  if (!quick) {
+    splits = {{3, 14, 2},      {40, 99, 3},     {16, 1000, 4},  {4, 8194, 2},
+              {64, 5000, 5},   {2, 1800, 600},  {8, 202048, 2}, {3, 202048, 8},
+              {200, 2049 * 3, 3}};
+  }
+  for (const Split& s : splits) {
+    for (Format f : {Format::kF32, Format::kBF16, Format::kF16}) {
+      for (const bool per_row : {true, false}) {
+        for (const bool has_top_p : {true, false}) {
+          DispatchFormat(f, false, [&](auto fmt, auto) {
+            constexpr Format kF = decltype(fmt)::value;
+            if constexpr (kF != Format::kF64) {
+              RunSplit<kF>(s.rows, s.cols, s.shards, per_row, has_top_p, rng);
+            }
+          });
+        }
       }
     }
   }
