@@ -19,7 +19,6 @@ forces options compiles its own functions (``_runner``) and never reuses an exec
 other options.
 """
 
-import contextlib
 import os
 import subprocess
 import warnings

@@ -25,7 +25,6 @@ set gets its own jitted functions (as tests/test_gpu.py does).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -41,7 +40,6 @@ import jax_argreduce
 import reference
 from _common import (OPTION_SETS, TEAM_OPTION_SETS, needs_cuda_build,  # noqa: F401
                      plan_options, x64_for)
-from jax_argreduce import _ffi
 from stats import P_MIN, check_tail_mass, chi_square_gof, report, softmax_probs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]

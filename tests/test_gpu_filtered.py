@@ -14,11 +14,9 @@ the reference (tests/test_filtered.py checks them against numpy).
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
