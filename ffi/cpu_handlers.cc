@@ -276,7 +276,7 @@ ffi::Error SplitFilteredDrawCpuImpl(ffi::ThreadPool pool, ffi::AnyBuffer keys,
   std::memcpy(&col_offset, static_cast<const int32_t*>(offsets.untyped_data()) + 1,
               sizeof(col_offset));
   const int64_t shard = col_offset / view.cols;
-  if (col_offset % view.cols != 0 || shard >= shards) {
+  if (col_offset < 0 || col_offset % view.cols != 0 || shard >= shards) {
     return ffi::Error::InvalidArgument(op + ": the column offset must be the shard's");
   }
   const NoisyMaxEpilogue epilogue{indices->untyped_data(),

@@ -931,12 +931,14 @@ __global__ void __launch_bounds__(kThreads) SplitFilteredDrawKernel(SplitParams 
       if (top.z_max != top.z_max || top.z_max == -Noise(INFINITY) || !(0.0f >= d_floor)) {
         // The row's first token alone (a NaN or -inf top; or nothing kept: min_p > 1, traced):
         // the shard holding it draws it (the first of its tokens in the z order).
-        Pair first = Pair::Identity();
-        sampler.ForEach([&](int64_t c, Noise z) {
-          first = Combine(first, Pair{Row::KeyOf(z), static_cast<int32_t>(c)});
-        });
-        first = sampler.AllBest(first);
-        best = shard == top.shard ? sampler.Draw(first.index) : lose;
+        best = lose;
+        if (shard == top.shard) {  // uniform across the block
+          Pair first = Pair::Identity();
+          sampler.ForEach([&](int64_t c, Noise z) {
+            first = Combine(first, Pair{Row::KeyOf(z), static_cast<int32_t>(c)});
+          });
+          best = sampler.Draw(sampler.AllBest(first).index);
+        }
       } else {
         // top-p's bar: kept iff the key is above `bar`, or equal to it with a positive mass at
         // a column up to `tie_col` (this shard's share of the kept ties, in column order). No
@@ -974,10 +976,13 @@ __global__ void __launch_bounds__(kThreads) SplitFilteredDrawKernel(SplitParams 
               kept - static_cast<int64_t>(ties_before) <= 0 ? 0
                   : Min(kept - static_cast<int64_t>(ties_before), mine);
           if (quota > 0) {
+            // Counts that do not match the shard's tokens (operands not from the levels) find
+            // no column: none of the ties kept, never a stale one.
+            if (threadIdx.x == 0) sh.col = -1;
             const Noise z_max = top.z_max;
             tie_col = sampler.TieColumn(
                 bar, [&](int64_t c) { return FixedMass(r.Scaled(x[c]), z_max) > 0; },
-                [quota](uint32_t) { return static_cast<uint32_t>(quota); });
+                [quota](uint32_t n) { return static_cast<uint32_t>(Min(quota, n)); });
           }
         }
         Pair kept = Pair::Identity();
