@@ -135,15 +135,12 @@ def staged_candidates_sample(device, key, x, shards: int, k_bound: int, **filter
   the filtered handler on them with its ``columns`` operand — the stages a vocab-split call
   runs, without a mesh (so that one GPU runs the CUDA handlers of both stages). Returns the
   samples (global columns) as numpy."""
-  from jax_argreduce import _api, _params, _primitives
+  from jax_argreduce import _primitives
   platform = "cuda" if device.platform == "gpu" else device.platform
   temperature = filters.pop("temperature", None)
 
   def staged(k, v):
-    keys, logits, t, index_dtype = _api._sampler_operands(k, v, temperature, v.ndim - 1,
-                                                          "categorical")
-    params = [_params.operand(p, filters.get(n), logits.shape[:-1], "categorical")
-              for p, n in zip(_params.FILTERS, ("top_k", "top_p", "min_p"))]
+    keys, logits, t, index_dtype, params = _staged_operands(k, v, temperature, filters)
     params[0] = jnp.clip(params[0], 1, k_bound)
     width = logits.shape[-1] // shards
     values, columns = [], []
@@ -158,13 +155,7 @@ def staged_candidates_sample(device, key, x, shards: int, k_bound: int, **filter
         k_bound=k_bound, has_top_p=True, platform=platform)
     return indices
 
-  f = jax.jit(staged)
-  args = jax.device_put((key, x), device)
-  if platform == "cuda":
-    text = f.lower(*args).as_text()
-    assert "jax_argreduce_scaled_top_k_cuda" in text, "the GPU program does not call the select"
-  with jax.default_device(device):
-    return np.asarray(f(*args))
+  return _run_staged(staged, device, key, x, "jax_argreduce_scaled_top_k_cuda")
 
 
 def staged_prefix_sample(device, key, x, shards: int, **filters):
@@ -176,16 +167,13 @@ def staged_prefix_sample(device, key, x, shards: int, **filters):
   the stages a vocab-split call runs, without a mesh (so that one GPU runs their CUDA
   handlers). ``top_p`` absent: no levels, as the partition rule. Returns the samples (global
   columns) as numpy."""
-  from jax_argreduce import _params, _primitives, _sharding
+  from jax_argreduce import _primitives, _sharding
   platform = "cuda" if device.platform == "gpu" else device.platform
   temperature = filters.pop("temperature", None)
   has_top_p = filters.get("top_p") is not None
 
   def staged(k, v):
-    keys, logits, t, index_dtype = _api._sampler_operands(k, v, temperature, v.ndim - 1,
-                                                          "categorical")
-    params = [_params.operand(p, filters.get(n), logits.shape[:-1], "categorical")
-              for p, n in zip(_params.FILTERS, ("top_k", "top_p", "min_p"))]
+    keys, logits, t, index_dtype, params = _staged_operands(k, v, temperature, filters)
     width = logits.shape[-1] // shards
     blocks = [logits[..., s * width:(s + 1) * width] for s in range(shards)]
     tops = jnp.concatenate([_primitives._scaled_top_k_block(b, t, 1, platform=platform)[0]
@@ -213,10 +201,26 @@ def staged_prefix_sample(device, key, x, shards: int, **filters):
       indices.append(local + np.asarray(s * width, local.dtype))
     return _sharding.combine_pairs(jnp.stack(values, -1), jnp.stack(indices, -1), False)[1]
 
+  return _run_staged(staged, device, key, x, "jax_argreduce_split_filtered_draw_cuda")
+
+
+def _staged_operands(k, v, temperature, filters):
+  """The staged samplers' operands as the partition rule's blocks get them: ``(keys, logits,
+  temperature, index_dtype)`` and the filters (top_k, top_p, min_p) as row operands."""
+  from jax_argreduce import _params
+  keys, logits, t, index_dtype = _api._sampler_operands(k, v, temperature, v.ndim - 1,
+                                                        "categorical")
+  params = [_params.operand(p, filters.get(n), logits.shape[:-1], "categorical")
+            for p, n in zip(_params.FILTERS, ("top_k", "top_p", "min_p"))]
+  return keys, logits, t, index_dtype, params
+
+
+def _run_staged(staged, device, key, x, cuda_target: str):
+  """``staged(key, x)`` jitted on ``device`` as numpy; on a GPU its program must call
+  ``cuda_target``."""
   f = jax.jit(staged)
   args = jax.device_put((key, x), device)
-  if platform == "cuda":
-    text = f.lower(*args).as_text()
-    assert "jax_argreduce_split_filtered_draw_cuda" in text, "the GPU program does not draw"
+  if device.platform == "gpu":
+    assert cuda_target in f.lower(*args).as_text(), f"the GPU program does not call {cuda_target}"
   with jax.default_device(device):
     return np.asarray(f(*args))
