@@ -24,11 +24,13 @@
 // Run: sample_check [--quick]
 //      sample_check --time (no checks: the median of 30 launches, by CUDA events, of the spread
 //      path on the benchmark shapes; for comparing builds of the kernels on one GPU)
+//      sample_check --probe (the 256x202048 float32 launches of --time, twice, for ncu)
 // Prints one line per case and "sample_check: N cases, M mismatches"; exit 1 on a mismatch, 2 on
 // a CUDA error.
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -623,10 +625,18 @@ void CheckMinPFloor(std::mt19937_64& rng, int count) {
 
 // --time: the median time (CUDA events) of 30 launches of the spread path on the benchmark
 // shapes: normal rows times 3 (the example's logits), T = 0.8, top-p 0.9 or min-p 0.05 alone.
-int Time() {
+// --probe: the same launches at 256x202048 float32, each twice and untimed (for a profiler:
+// ncu -k regex:Spread).
+int Time(bool probe) {
   std::mt19937_64 rng(7);
-  const int64_t shapes[][2] = {{1, 202048}, {8, 202048}, {64, 128256}, {256, 202048}};
-  for (Format f : {Format::kF32, Format::kBF16}) {
+  std::vector<std::array<int64_t, 2>> shapes = {{1, 202048}, {8, 202048}, {64, 128256},
+                                                {256, 202048}};
+  std::vector<Format> formats = {Format::kF32, Format::kBF16};
+  if (probe) {
+    shapes = {{256, 202048}};
+    formats = {Format::kF32};
+  }
+  for (Format f : formats) {
     for (const auto& shape : shapes) {
       const int64_t rows = shape[0], cols = shape[1], n = rows * cols;
       const int width = FormatBytes(f);
@@ -667,6 +677,11 @@ int Time() {
         launch.top_p = RowParam<float>{filter == 0 ? d_p : d_one, false};
         launch.min_p = RowParam<float>{filter == 0 ? d_zero : d_m, false};
         launch.has_top_p = filter != 1;
+        if (probe) {
+          for (int i = 0; i < 2; ++i) CHECK(LaunchFilteredSample(launch));
+          CHECK(cudaDeviceSynchronize());
+          continue;
+        }
         const double us = MedianMicros([&] { return LaunchFilteredSample(launch); });
         const char* names[] = {"p0.9", "minp0.05", "minp0.05 has_top_p"};
         std::printf("time format %d %lldx%lld %s: %.2f us\n", static_cast<int>(f),
@@ -691,7 +706,8 @@ int main(int argc, char** argv) {
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    if (std::strcmp(argv[i], "--time") == 0) return Time();
+    if (std::strcmp(argv[i], "--time") == 0) return Time(false);
+    if (std::strcmp(argv[i], "--probe") == 0) return Time(true);
   }
   std::mt19937_64 rng(20240917);
   CheckMinPFloor(rng, quick ? 256 : 20000);
