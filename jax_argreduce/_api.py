@@ -449,14 +449,15 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
   unsharded ones. Under Auto mesh axes (XLA decides the split after tracing) XLA gathers the
   logits for the call (exact; jax_argreduce/_sharding.py): shard with explicit axes or use
   ``axis_name=`` inside ``shard_map``. With filters, split rows sample where they are; a split
-  vocabulary with a top-k bound (a concrete ``top_k``, or ``top_k_bound=``) below the shard
-  width exchanges each shard's bound-many first tokens in the z order (logits' bits and global
-  columns, ``[rows, shards, bound]``) instead of the logits, and samples those (the same
-  sample); without a top-k (``top_p``/``min_p`` alone) CPU devices exchange the shards' first
-  tokens, top-p's integer masses per digit of z's key (summed over the shards) and the shards'
-  draws where that moves less than the row's logits (the same sample); otherwise (a bound at or
-  above the shard width, narrow rows; on a GPU also float64, a bound above 1024, or no top-k)
-  the vocabulary is gathered for the call (exact).
+  vocabulary with a top-k bound (a concrete ``top_k``, or ``top_k_bound=``) exchanges each
+  shard's bound-many first tokens in the z order (logits' bits and global columns, ``[rows,
+  shards, bound]``) instead of the logits where they move fewer bytes than the row's logits,
+  and samples those (the same sample); without a top-k (``top_p``/``min_p`` alone) the
+  devices exchange the shards' first tokens, top-p's integer masses per digit of z's key
+  (summed over the shards) and the shards' draws where that moves fewer bytes than the row's
+  logits (the same sample); otherwise (a bound of half the shard width or more for float32,
+  narrow rows; on a GPU also float64 or a bound above 1024) the vocabulary is gathered for the
+  call (exact).
 
   Semantics: ``-inf`` logits are never drawn unless the whole row is ``-inf`` (then index 0);
   a NaN logit wins as in ``argmax`` (its y is NaN). The noise lies in [-3.1300, 22.8739]

@@ -249,15 +249,16 @@ def exchanges_candidates(platform: str, shape, dtype, shards: int, k_bound: int,
                          method: str) -> bool:
   """Whether a filtered sampler call on ``shape`` whose vocabulary is split into ``shards``
   exchanges each shard's ``k_bound`` first tokens (_sharding.split_filtered_sample) rather
-  than gathering the logits: with a top-k bound below the shard width (at or above it the
-  candidates would be every logit of the shard with its column, more than the gather moves),
-  where the handler takes the call, and on CUDA where both stages take the top-k kernels
-  (16- and 32-bit formats, ``k_bound`` <= TOP_K_MAX_K)."""
-  width = shape[-1] // shards
-  if not 0 < k_bound < width or route("filtered_categorical", platform, shape, dtype,
-                                      method) != "kernel":
+  than gathering the logits: where those candidates (their logits and int32 global columns,
+  ``[rows, shards, k_bound]`` each) move fewer bytes per row than the row's logits (a bound
+  below half the shard width for float32, a third for 16-bit logits), where the handler takes
+  the call, and on CUDA where both stages take the top-k kernels (16- and 32-bit formats,
+  ``k_bound`` <= TOP_K_MAX_K)."""
+  itemsize = np.dtype(dtype).itemsize
+  if not (0 < k_bound and shards * k_bound * (itemsize + 4) < shape[-1] * itemsize
+          and route("filtered_categorical", platform, shape, dtype, method) == "kernel"):
     return False
-  return platform != "cuda" or (np.dtype(dtype).itemsize <= 4 and k_bound <= _ffi.TOP_K_MAX_K)
+  return platform != "cuda" or (itemsize <= 4 and k_bound <= _ffi.TOP_K_MAX_K)
 
 
 # top-p's masses cross devices as 22-bit limbs in uint32: exact in a sum over at most this

@@ -931,13 +931,16 @@ def _filtered_partitioned(ctx, keys, logits, *rest, index_dtype, method, k_bound
   """The partition rule: where the logits' type splits them over explicit mesh axes, a
   shard_map in which each block samples with its global row counters (_sharding.sample_plan /
   sample_block, as categorical's rule), the filters split with the rows where they are per
-  row. A split vocabulary, where the call has a top-k bound ``k_bound`` below the shard width
-  (_dispatch.exchanges_candidates), exchanges each shard's ``k_bound`` first tokens in the z
-  order instead of the logits (_sharding.split_filtered_sample: a stage of candidates
+  row. A split vocabulary, where the call has a top-k bound ``k_bound`` whose candidates move
+  fewer bytes than the row (_dispatch.exchanges_candidates), exchanges each shard's
+  ``k_bound`` first tokens in the z order instead of the logits
+  (_sharding.split_filtered_sample: a stage of candidates
   (:func:`_scaled_top_k_block`), one exchange, the sampler on the candidates with their global
   columns, which every vocab shard runs alike: the result is needed on each of them, and the
-  candidates are small, so a second collective to broadcast it would cost more); otherwise it
-  is gathered whole (top-p / min-p alone have no candidate bound; exact). Where XLA decides
+  candidates are small, so a second collective to broadcast it would cost more). Without a
+  top-k (top-p / min-p alone), where _dispatch.exchanges_masses says so, the shards exchange
+  their tops, top-p's masses and their draws (_sharding.split_prefix_sample). Otherwise the
+  vocabulary is gathered whole (exact). Where XLA decides
   the split (Auto axes), the handler call stays (XLA gathers the logits for it). Else None."""
   *params, offsets = rest
   k_aval, aval, *param_avals, o_aval = ctx.avals_in

@@ -949,7 +949,8 @@ def test_partition_rule_does_not_rebind(op, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # Filtered sampling (SPEC §1f): rows split sample where they are, with their global counters
 # (no collective); a split vocabulary exchanges each shard's candidates where the call has a
-# top-k bound below the shard width (the tests after these), else it is gathered for the call.
+# top-k bound whose candidates move fewer bytes than the row (the tests after these), else it
+# is gathered for the call.
 
 FILTERED = [dict(top_k=7), dict(top_p=0.6), dict(min_p=0.2, top_p=0.9),
             dict(top_k=np.arange(1, ROWS + 1), top_p=np.linspace(0.3, 1.0, ROWS, dtype=np.float32))]
@@ -1095,11 +1096,13 @@ def test_filtered_vocab_split_batch_dims_and_runs(keys, exchange):
       assert max(s for _, sizes in collectives(text) for s in sizes) < 32 * cols // 2, text
 
 
-@pytest.mark.parametrize("top_k,gathered", [(5, False), (20, True), (64, True)])
-def test_filtered_vocab_split_k_above_width(top_k, gathered):
-  """kb at or above the shard width w (here 16): the candidates would be every logit of the
-  shard and its column, more than the logits, so the vocab is gathered (the same sample);
-  below it, candidates."""
+@pytest.mark.parametrize("top_k,kb,gathered", [(3, 4, False), (5, 8, True), (20, 32, True),
+                                                (64, 64, True)])
+def test_filtered_vocab_split_k_above_width(top_k, kb, gathered):
+  """The candidates (kb float32 logits and their int32 columns per shard) against the row's
+  logits, here 4 shards of w = 16: from kb = w / 2 on they move at least the row's bytes (at
+  kb >= w, every logit of the shard and its column), so the vocab is gathered (the same
+  sample); below it, candidates."""
   x = split_rows(cols=64)
   key = jax.random.key(2)
   f = jax.jit(lambda k, v: ar.categorical(k, v, temperature=SPLIT_T, top_k=top_k, top_p=0.95))
@@ -1110,7 +1113,7 @@ def test_filtered_vocab_split_k_above_width(top_k, gathered):
   if gathered:
     assert any(max(sizes) >= ROWS * 64 // N for _, sizes in collectives(compiled.as_text()))
   else:
-    assert_sample_candidates(compiled, ROWS, N, 8)
+    assert_sample_candidates(compiled, ROWS, N, kb)
 
 
 def test_filtered_vocab_split_ties_by_global_column():
