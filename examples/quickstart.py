@@ -18,7 +18,8 @@ import jax_argreduce
 jax.config.update("jax_num_cpu_devices", 4)
 
 batch, vocab = 8, 32000
-logits = jax.random.normal(jax.random.key(0), (batch, vocab), jnp.bfloat16)  # [batch, vocab]
+# (Drawn in float32 and scaled like logits: bfloat16 normals would saturate into ties at the top.)
+logits = (3 * jax.random.normal(jax.random.key(0), (batch, vocab))).astype(jnp.bfloat16)
 
 # Greedy: numpy's exact argmax (ties to the lowest index, NaN wins), as int32 like jnp.argmax.
 greedy = jax.jit(lambda l: jax_argreduce.argmax(l, axis=-1))(logits)
