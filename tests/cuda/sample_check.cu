@@ -21,7 +21,8 @@
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi -I tests/cuda tests/cuda/sample_check.cu \
 //        ffi/sample_kernels.cu ffi/launch_plan.cc -o sample_check
 //   (no --use_fast_math, no -ftz=true: the shared headers need IEEE mode)
-// Run: sample_check [--quick]
+// Run: sample_check [--quick] [--split]  (--split: the split vocabulary's cases alone, e.g.
+//      for racecheck, which runs the rest far slower)
 //      sample_check --time (no checks: the median of 30 launches, by CUDA events, of the spread
 //      path on the benchmark shapes; for comparing builds of the kernels on one GPU)
 //      sample_check --probe (the 256x202048 float32 launches of --time, twice, for ncu)
@@ -703,14 +704,15 @@ int Time(bool probe) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, split_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--split") == 0) split_only = true;
     if (std::strcmp(argv[i], "--time") == 0) return Time(false);
     if (std::strcmp(argv[i], "--probe") == 0) return Time(true);
   }
   std::mt19937_64 rng(20240917);
-  CheckMinPFloor(rng, quick ? 256 : 20000);
+  if (!split_only) CheckMinPFloor(rng, quick ? 256 : 20000);
   // (rows, cols, parameter sets per format).
   struct Shape {
     int64_t rows, cols;
@@ -718,7 +720,9 @@ int main(int argc, char** argv) {
   };
   // --quick (for the sanitizers, which run kernels far slower): two sets per shape, small rows.
   std::vector<Shape> shapes = {{1, 1, 2}, {3, 7, 2}, {40, 33, 2}, {16, 1000, 2}, {4, 4097, 2}};
-  if (!quick) {
+  if (split_only) {
+    shapes.clear();
+  } else if (!quick) {
     shapes = {{1, 1, 3},      {1, 2, 3},      {3, 7, 4},       {40, 33, 6},
               {16, 1000, 6},  {4, 4097, 4},   {64, 5000, 8},   {200, 2049, 6},
               {2, 300001, 3}, {8, 202048, 4}, {70000, 3, 2},   {256, 202048, 1},
