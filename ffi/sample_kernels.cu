@@ -807,16 +807,16 @@ struct SplitRow {
   }
 
   // PickLevels (cpu_sample.h) over the row's summed masses of levels [0, levels) in `above`
-  // (limbs, levels_in_above of them per row): the key's high bits, the mass above them and the
-  // row's total, in every thread.
+  // (limbs, the levels before the caller's: `levels` of them per row): the key's high bits, the
+  // mass above them and the row's total, in every thread.
   struct MassPrefix {
     uint64_t prefix = 0;
     uint64_t before = 0;
     uint64_t total = 0;
   };
-  __device__ MassPrefix PickLevels(int levels, int levels_in_above, float p) {
+  __device__ MassPrefix PickLevels(int levels, float p) {
     auto& sh = sampler.sh;
-    const uint32_t* above = sp.above + row * levels_in_above * kBins * kMassLimbs;
+    const uint32_t* above = sp.above + row * levels * kBins * kMassLimbs;
     MassPrefix m;
     for (int l = 0; l < levels; ++l) {
       unsigned long long sum = 0;
@@ -859,7 +859,7 @@ __global__ void __launch_bounds__(kThreads) TopPLevelKernel(SplitParams sp) {
       z_max = split.TopOfShards().z_max;
       needs = z_max == z_max && z_max != -Noise(INFINITY);
     }
-    const uint64_t prefix = needs && level > 0 ? split.PickLevels(level, level, p).prefix : 0;
+    const uint64_t prefix = needs && level > 0 ? split.PickLevels(level, p).prefix : 0;
     for (int i = threadIdx.x; i < kBins; i += kThreads) sh.hist.mass[i] = 0;
     __syncthreads();
     const MassBins bins(sh.hist.mass_words);
@@ -946,7 +946,7 @@ __global__ void __launch_bounds__(kThreads) SplitFilteredDrawKernel(SplitParams 
         uint64_t bar = 0;
         int64_t tie_col = -1;
         if (top_p) {
-          typename SplitRow<F>::MassPrefix m = split.PickLevels(kLast, kLast, f.p);
+          typename SplitRow<F>::MassPrefix m = split.PickLevels(kLast, f.p);
           // The last level's masses: its digits complete the key, so a digit's tokens share
           // one mass: count * mass.
           const uint32_t* counts = sp.counts + row * sp.shards * kLastDigits;
