@@ -46,6 +46,7 @@ struct SampleScratch {
   std::vector<SelectItem> items;
   std::vector<uint64_t> buckets;  // top-p's masses per radix bucket
   std::vector<uint64_t> masked;   // a row with its dropped tokens at -inf (as Bits)
+  std::vector<uint32_t> counts;   // 16-bit rows: tokens per logit value (TopPBar)
 };
 
 template <Format F>
@@ -57,6 +58,9 @@ struct FilteredSamplerCpu {
   static constexpr Format kNoiseFormat = Policy::kNoiseFormat;
   static constexpr int kKeyBits = sizeof(Noise) * 8;
   static constexpr int kBucketBits = 16;
+  // TopPBar counts the tokens per value of 16-bit rows from this width on (a pass over the
+  // 2^16 values costs about what the exps of a few thousand tokens do).
+  static constexpr int64_t kValueCountMinCols = 8192;
   using Key = typename Policy::Key;
   using Pair = ArgPair<Key>;
 
@@ -357,11 +361,28 @@ struct FilteredSamplerCpu {
     buckets.assign(size_t{1} << kBucketBits, 0);
     constexpr int kShift = kKeyBits - kBucketBits;
     uint64_t total = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const Noise z = r.Scaled(x[c]);
-      const uint64_t w = FixedMass(z, z_max);
+    const auto add = [&](Noise z, uint64_t n) {
+      const uint64_t w = n * FixedMass(z, z_max);
       total += w;
       buckets[SortKey(z) >> kShift] += w;
+    };
+    bool counted = false;
+    if constexpr (sizeof(Bits) == 2) {
+      if (cols >= kValueCountMinCols) {
+        // A token's mass is a function of its logit's bits, and 16-bit logits take at most
+        // 2^16 values: count the tokens of each value, then one exp per value present (the
+        // same terms, summed in integers: the same sums; NOTES.md try 85).
+        auto& counts = scratch.counts;
+        counts.assign(size_t{1} << 16, 0u);
+        for (int64_t c = 0; c < cols; ++c) ++counts[x[c]];
+        for (size_t v = 0; v < counts.size(); ++v) {
+          if (counts[v] != 0) add(r.Scaled(static_cast<Bits>(v)), counts[v]);
+        }
+        counted = true;
+      }
+    }
+    if (!counted) {
+      for (int64_t c = 0; c < cols; ++c) add(r.Scaled(x[c]), 1);
     }
     // The bucket of the crossing: the first (from the top) whose end reaches p of the total.
     // Tokens of mass 0 are never kept (p < 1: the mass before them is the total), so the

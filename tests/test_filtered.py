@@ -321,3 +321,34 @@ def test_staged_prefix_equals_the_unsplit_sample(shards, top_p):
     want = np.asarray(jax_argreduce.categorical(keys, x, **kw))
     got = staged_prefix_sample(cpu, keys, x, shards, **kw)
     np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_wide_16_bit_top_p_equals_the_per_token_masses(dtype):
+  """16-bit rows of at least 8192 columns sum top-p's masses per logit value (the CPU
+  handler's TopPBar: a count per value, one exp each); the mass exchange's stages
+  (staged_prefix_sample: per-token masses in every shard's levels) must give the same
+  samples bit for bit, including ties, NaN, +-inf and a row of one value; and the exact
+  boundary of test_top_p_boundary_is_exact holds on wide rows (a miscounted value moves it)."""
+  wide = np.full((1000, 8192), -30.0, reference.np_dtype(dtype))
+  wide[:, :4] = 0.0                            # masses 1, 1, 1, 1; the rest 0
+  keys = jax.random.split(jax.random.key(5), wide.shape[0])
+  for p, kept in [(np.float32(0.5), {0, 1}), (np.float32(0.5) + np.float32(2 ** -24), {0, 1, 2})]:
+    got = np.asarray(jax_argreduce.categorical(keys, jnp.asarray(wide), top_p=p))
+    assert set(np.unique(got)) == kept, (p, np.unique(got))
+  rows, cols = 10, 16384
+  x = _rows(23, rows=rows, cols=cols).astype(reference.np_dtype(dtype))
+  x[8] = np.round(x[8].astype(np.float32) / 4).astype(x.dtype)   # few values, many ties each
+  rng = np.random.default_rng(23)
+  kw = dict(top_p=rng.uniform(0.05, 0.99, rows),
+            min_p=np.where(np.arange(rows) % 3 == 0, 0.05, 0.0),
+            temperature=np.where(np.arange(rows) % 4 == 0, 1.0, 0.7).astype(np.float32))
+  cpu = jax.devices("cpu")[0]
+  for seed in range(2):
+    keys = jax.random.split(jax.random.key(seed), rows)
+    want = np.asarray(jax_argreduce.categorical(keys, jnp.asarray(x), **kw))
+    got = staged_prefix_sample(cpu, keys, jnp.asarray(x), 2, **kw)
+    np.testing.assert_array_equal(want, got, err_msg=f"{dtype} seed {seed}")
+    for r in range(rows if seed == 0 else 0):
+      assert reference.filtered_kept(x[r], float(kw["temperature"][r]), p=float(kw["top_p"][r]),
+                                     min_p=float(kw["min_p"][r]))[want[r]], r
