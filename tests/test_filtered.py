@@ -349,6 +349,8 @@ def test_wide_16_bit_top_p_equals_the_per_token_masses(dtype):
     want = np.asarray(jax_argreduce.categorical(keys, jnp.asarray(x), **kw))
     got = staged_prefix_sample(cpu, keys, jnp.asarray(x), 2, **kw)
     np.testing.assert_array_equal(want, got, err_msg=f"{dtype} seed {seed}")
-    for r in range(rows if seed == 0 else 0):
-      assert reference.filtered_kept(x[r], float(kw["temperature"][r]), p=float(kw["top_p"][r]),
-                                     min_p=float(kw["min_p"][r]))[want[r]], r
+    if seed == 0:  # and inside the numpy reference's kept sets (slow at this width: once)
+      for r in range(rows):
+        assert reference.filtered_kept(x[r], float(kw["temperature"][r]),
+                                       p=float(kw["top_p"][r]),
+                                       min_p=float(kw["min_p"][r]))[want[r]], r
