@@ -226,7 +226,9 @@ inline bool UsesSampleTopK(int64_t cols, int64_t k_bound, int elem_bytes) {
 // are 16-byte aligned, from the (hand-aligned) workspace's start; nothing in it outlives the
 // call (the first pass zeroes what later passes add to).
 inline constexpr int64_t kFilterSpreadMaxRows = 512;
-inline constexpr int64_t kFilterSpreadTargetBlocks = 528;  // 4 blocks of 512 on 132 SMs
+// 2 blocks of 512 threads on each of 132 SMs: the draw's occupancy (its launch bound), so each
+// pass is one wave (NOTES try 84: fewer, longer chunks beat 528 by 15-60%).
+inline constexpr int64_t kFilterSpreadTargetBlocks = 264;
 inline constexpr int64_t kFilterSpreadMinChunk = 1024;
 inline constexpr int kFilterSpreadBins = 2048;       // a level's digits (11 bits; the last 10)
 inline constexpr int kFilterSpreadLastBins = 1024;   // the last level's digits

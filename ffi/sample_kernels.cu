@@ -524,6 +524,7 @@ __global__ void __launch_bounds__(kThreads, 4) SpreadTopKernel(SpreadParams sp) 
   }
   if (s.chunk_index == 0 && threadIdx.x == 0) s.State().done = 0;
   Pair best = Pair::Identity();
+  #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
   for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
     const auto key = r.greedy ? Sampler::Row::KeyOf(categorical_detail::Widen<F>(s.x[c]))
                               : Sampler::Row::KeyOf(r.Scaled(s.x[c]));
@@ -539,8 +540,10 @@ __global__ void __launch_bounds__(kThreads, 4) SpreadTopKernel(SpreadParams sp) 
   }
 }
 
+// 3 blocks of kThreads per SM (40 registers): the plan's 264 blocks in one wave with room for
+// the next kernel's first blocks.
 template <Format F, int L>
-__global__ void __launch_bounds__(kThreads) SpreadLevelKernel(SpreadParams sp) {
+__global__ void __launch_bounds__(kThreads, 3) SpreadLevelKernel(SpreadParams sp) {
   using Sampler = RowSampler<F>;
   using Noise = typename Sampler::Noise;
   __shared__ typename Sampler::Shared sh;
@@ -597,6 +600,7 @@ __global__ void __launch_bounds__(kThreads) SpreadLevelKernel(SpreadParams sp) {
   }
   __syncthreads();
   const MassBins bins(sh.hist.mass_words);
+  #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
   for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
     const Noise z = r.Scaled(s.x[c]);
     const uint64_t key = Sampler::SortKey(z);
@@ -618,8 +622,9 @@ __global__ void __launch_bounds__(kThreads) SpreadLevelKernel(SpreadParams sp) {
   }
 }
 
+// 2 blocks of kThreads per SM (64 registers): the plan's 264 blocks in one wave.
 template <Format F>
-__global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
+__global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp) {
   using Sampler = RowSampler<F>;
   using Noise = typename Sampler::Noise;
   using Pair = typename Sampler::Pair;
@@ -636,6 +641,7 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
   Pair best = Pair::Identity();
   const Noise z_max = r.greedy ? Noise(0) : r.Scaled(s.x[top.index]);
   if (!r.greedy && !f.Any(sp.p.cols)) {  // categorical's plain draw
+    #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
     for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
       best = Combine(best, Pair{NoisyKey<F>(r, r.Scaled(s.x[c]), c), static_cast<int32_t>(c)});
     }
@@ -663,15 +669,12 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
       n = sampler.AllSum(n);
       earlier = sampler.AllSum(earlier);
       const uint32_t mine = s.Counts(s.chunk_index)[digit];
-      // RowSampler::TopPBar's count of kept ties: the j-th (from 0) has before + j * w before it.
-      const uint64_t w = tie_mass / n;
-      uint64_t lo = 1, hi = n;
-      while (lo < hi) {
-        const uint64_t mid = lo + (hi - lo + 1) / 2;
-        if (MassBelow(before + (mid - 1) * w, f.p, total)) lo = mid;
-        else hi = mid - 1;
-      }
-      const uint64_t quota = lo <= earlier ? 0 : lo - earlier < mine ? lo - earlier : mine;
+      // The ties each weigh tie_mass / n; counts that match no token of the row (n == 0) keep
+      // none, never a division by zero.
+      const uint64_t kept = static_cast<uint64_t>(
+          TiesKept(before, n == 0 ? 0 : tie_mass / n, static_cast<int64_t>(n), f.p, total));
+      const uint64_t quota =
+          kept <= earlier ? 0 : kept - earlier < mine ? kept - earlier : mine;
       int64_t col = s.end;  // the chunk's last kept tie: all of them
       if (quota == 0) {
         col = s.begin - 1;
@@ -682,6 +685,7 @@ __global__ void __launch_bounds__(kThreads) SpreadDrawKernel(SpreadParams sp) {
       bar = Bar{key, col};
     }
     const float floor = f.HasMinP() ? state.min_p_floor : -INFINITY;
+    #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
     for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
       const Noise z = r.Scaled(s.x[c]);
       if (After(bar, Sampler::SortKey(z), c)) continue;

@@ -241,7 +241,7 @@ def test_spread_workspace_sizes():
   float64, more than 512 rows or a top-k promise take other paths (the split path's bound)."""
   align = lambda n: (n + 15) // 16 * 16
   def want(rows, cols):
-    chunks = max(1, min(-(-528 // rows), max(1, cols // 1024)))
+    chunks = max(1, min(-(-264 // rows), max(1, cols // 1024)))
     chunk = -(-cols // chunks)
     chunks = -(-cols // chunk)
     pairs = rows * chunks * 8

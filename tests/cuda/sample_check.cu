@@ -729,7 +729,7 @@ int main(int argc, char** argv) {
     shapes = {{1, 1, 3},      {1, 2, 3},      {3, 7, 4},       {40, 33, 6},
               {16, 1000, 6},  {4, 4097, 4},   {64, 5000, 8},   {200, 2049, 6},
               {2, 300001, 3}, {8, 202048, 4}, {70000, 3, 2},   {256, 202048, 1},
-              {1, 600000, 2}};  // 528 chunks on the spread path: more than a block's threads
+              {1, 600000, 2}};  // the spread path's most chunks a row (264)
   }
   const Format formats[] = {Format::kF32, Format::kBF16, Format::kF16, Format::kF64};
   for (const Shape& s : shapes) {
