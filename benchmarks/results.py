@@ -368,13 +368,23 @@ def section_text(section: Section, summaries: list[Summary], plots: list) -> lis
   pool = [s for s in summaries if s.platform == section.platform]
   tables, used = [], []
   for mode in section.modes:
-    src = next((s for s in pool if s.cases(mode, section.ops)), None)
-    if src is None:
+    # A mode's cases from every summary that holds some (the first summary holding a case
+    # gives it): runs of different filters or shapes, each with its own commit and note.
+    cases, sources, seen = [], [], set()
+    for s in pool:
+      for case in s.cases(mode, section.ops):
+        key = (case["op"], case["dtype"], case["shape"], case["layout"])
+        if key in seen:
+          continue
+        seen.add(key)
+        cases.append(case)
+        if s not in sources:
+          sources.append(s)
+    if not sources:
       tables.append((mode, None, []))
       continue
-    cases = src.cases(mode, section.ops)
-    tables.append((mode, src, cases))
-    used.append(src)
+    tables.append((mode, sources[0], cases))
+    used.extend(sources)
   example = None
   if section.example:
     src = next((s for s in pool if s.cases("example", (section.example,))), None)
