@@ -426,6 +426,65 @@ __global__ void __launch_bounds__(kThreads) FilteredSampleKernel(Params p) {
 // Every rule is RowSampler's (TopPBar, DrawKept, Sample), so the result is the generic path's
 // and the CPU handler's, bit for bit.
 
+// Compaction of a rare per-token path (the spread passes): each warp pushes the items of its
+// lanes that take the path (a ballot, one shared slot each, in lane order) and runs the path on
+// 32 items at a time, from the top of its queue, so that no lane idles through it. Items of
+// kCompactRounds pushes are queued before a drain: the capacity holds fewer than 32 left over
+// plus one item per lane and round. The path's results must not depend on the order it takes
+// the items in (the passes' integer sums, counts and total-order maxima).
+constexpr int kCompactRounds = 4;
+template <class Item>
+struct WarpQueue {
+  static constexpr int kCapacity = 32 * (kCompactRounds + 1);
+  Item* items;        // this warp's kCapacity slots
+  uint32_t fill = 0;  // warp-uniform
+  uint32_t lane;
+
+  template <int N>
+  __device__ explicit WarpQueue(Item (&slots)[N][kCapacity])
+      : items(slots[threadIdx.x / 32]), lane(threadIdx.x % 32) {}
+  __device__ void Push(bool take, const Item& item) {
+    const uint32_t ballot = __ballot_sync(0xFFFFFFFFu, take);
+    if (take) items[fill + __popc(ballot & ((1u << lane) - 1))] = item;
+    fill += __popc(ballot);
+  }
+  template <class Path>
+  __device__ void Drain(const Path& path) {
+    __syncwarp();
+    while (fill >= 32) {
+      fill -= 32;
+      path(items[fill + lane]);
+    }
+    __syncwarp();  // the slots read above are the next pushes'
+  }
+  template <class Path>
+  __device__ void Finish(const Path& path) {
+    __syncwarp();
+    if (lane < fill) path(items[lane]);
+  }
+};
+
+// A chunk's columns kRounds per thread at a time (round j of a step at base + j * kThreads +
+// threadIdx.x): every round's load is issued before the first is used. Loads written between
+// ballots or shared atomics are not hoisted above them, so each waited out its own latency
+// (NOTES try 86). Columns at or past `end` read as 0 (the caller skips them).
+template <int kRounds, class Bits>
+__device__ __forceinline__ void LoadRounds(const Bits* x, int64_t base, int64_t end,
+                                           Bits (&v)[kRounds]) {
+#pragma unroll
+  for (int j = 0; j < kRounds; ++j) {
+    const int64_t c = base + j * kThreads + threadIdx.x;
+    v[j] = c < end ? x[c] : Bits(0);
+  }
+}
+
+// A token the draw keeps: its scaled logit and column.
+template <class Noise>
+struct KeptToken {
+  Noise z;
+  int32_t col;
+};
+
 struct SpreadState {
   unsigned long long total;      // S: the row's mass (level 0's sum)
   unsigned long long before[2];  // the mass above the bucket picked from level 0, 1's histogram
@@ -524,7 +583,7 @@ __global__ void __launch_bounds__(kThreads, 4) SpreadTopKernel(SpreadParams sp) 
   }
   if (s.chunk_index == 0 && threadIdx.x == 0) s.State().done = 0;
   Pair best = Pair::Identity();
-  #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
+#pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
   for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
     const auto key = r.greedy ? Sampler::Row::KeyOf(categorical_detail::Widen<F>(s.x[c]))
                               : Sampler::Row::KeyOf(r.Scaled(s.x[c]));
@@ -548,6 +607,7 @@ __global__ void __launch_bounds__(kThreads, 3) SpreadLevelKernel(SpreadParams sp
   using Noise = typename Sampler::Noise;
   __shared__ typename Sampler::Shared sh;
   __shared__ uint32_t last_counts[L == 2 ? kFilterSpreadLastBins : 1];
+  __shared__ Noise compact[L == 0 ? 1 : kThreads / 32][WarpQueue<Noise>::kCapacity];
   const Spread<F> s(sp);
   const typename Sampler::Row r = PolicyOf<F>(sp.p).ForRow(s.row);
   const float p = sp.p.top_p[s.row];
@@ -600,15 +660,42 @@ __global__ void __launch_bounds__(kThreads, 3) SpreadLevelKernel(SpreadParams sp
   }
   __syncthreads();
   const MassBins bins(sh.hist.mass_words);
-  #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
-  for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
-    const Noise z = r.Scaled(s.x[c]);
-    const uint64_t key = Sampler::SortKey(z);
-    if (!SameHigh(key, prefix, kLow)) continue;
-    const uint32_t digit = static_cast<uint32_t>((key >> kShift) & kMask);
+  const auto add = [&](Noise z) {
+    const uint32_t digit = static_cast<uint32_t>((Sampler::SortKey(z) >> kShift) & kMask);
     if constexpr (L == 2) atomicAdd(&last_counts[digit], 1u);
     const uint64_t w = FixedMass(z, z_max);
     if (w != 0) bins.Add(digit, w);
+  };
+  using Bits = typename Sampler::Bits;
+  constexpr int kRounds = kCompactRounds;
+  if constexpr (L == 0) {
+    for (int64_t base = s.begin; base < s.end; base += kRounds * kThreads) {
+      Bits v[kRounds];
+      LoadRounds(s.x, base, s.end, v);
+#pragma unroll
+      for (int j = 0; j < kRounds; ++j) {
+        if (base + j * kThreads + threadIdx.x < s.end) add(r.Scaled(v[j]));
+      }
+    }
+  } else {
+    // Only the tokens of the bucket picked so far take the exp: a small part of the row,
+    // scattered, so a warp would run it for a few lanes at a time (10 active threads of 32,
+    // NOTES try 84). Each warp queues its matches' z in shared memory and runs the exp 32 at a
+    // time (every lane busy).
+    WarpQueue<Noise> queue(compact);
+    for (int64_t base = s.begin; base < s.end; base += kRounds * kThreads) {
+      Bits v[kRounds];
+      LoadRounds(s.x, base, s.end, v);
+#pragma unroll
+      for (int j = 0; j < kRounds; ++j) {
+        const Noise z = r.Scaled(v[j]);
+        queue.Push(base + j * kThreads + threadIdx.x < s.end &&
+                       SameHigh(Sampler::SortKey(z), prefix, kLow),
+                   z);
+      }
+      queue.Drain(add);
+    }
+    queue.Finish(add);
   }
   __syncthreads();
   unsigned long long* hist = s.Hist(L);
@@ -630,6 +717,7 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
   using Pair = typename Sampler::Pair;
   __shared__ typename Sampler::Shared sh;
   __shared__ bool last;
+  __shared__ KeptToken<Noise> compact[kThreads / 32][WarpQueue<KeptToken<Noise>>::kCapacity];
   const Spread<F> s(sp);
   const typename Sampler::Row r = PolicyOf<F>(sp.p).ForRow(s.row);
   Sampler sampler = s.ChunkSampler(sh, r);
@@ -641,7 +729,7 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
   Pair best = Pair::Identity();
   const Noise z_max = r.greedy ? Noise(0) : r.Scaled(s.x[top.index]);
   if (!r.greedy && !f.Any(sp.p.cols)) {  // categorical's plain draw
-    #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
+#pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
     for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
       best = Combine(best, Pair{NoisyKey<F>(r, r.Scaled(s.x[c]), c), static_cast<int32_t>(c)});
     }
@@ -685,12 +773,43 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
       bar = Bar{key, col};
     }
     const float floor = f.HasMinP() ? state.min_p_floor : -INFINITY;
-    #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
-    for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
-      const Noise z = r.Scaled(s.x[c]);
-      if (After(bar, Sampler::SortKey(z), c)) continue;
-      if (f.HasMinP() && !(MassExponent(z, z_max) >= floor)) continue;
-      best = Combine(best, Pair{NoisyKey<F>(r, z, c), static_cast<int32_t>(c)});
+    const auto kept = [&](Noise z, int64_t c) {
+      return !After(bar, Sampler::SortKey(z), c) &&
+             (!f.HasMinP() || MassExponent(z, z_max) >= floor);
+    };
+    const auto draw = [&](const KeptToken<Noise>& t) {
+      best = Combine(best, Pair{NoisyKey<F>(r, t.z, t.col), t.col});
+    };
+    using Bits = typename Sampler::Bits;
+    if (f.HasTopP()) {
+      // The kept tokens' noise (a Philox block and a log each) only: top-p keeps a part of the
+      // row, often under half, so each warp queues its kept columns first (WarpQueue).
+      WarpQueue<KeptToken<Noise>> queue(compact);
+      for (int64_t base = s.begin; base < s.end; base += kCompactRounds * kThreads) {
+        Bits v[kCompactRounds];
+        LoadRounds(s.x, base, s.end, v);
+#pragma unroll
+        for (int j = 0; j < kCompactRounds; ++j) {
+          const int64_t c = base + j * kThreads + threadIdx.x;
+          const Noise z = r.Scaled(v[j]);
+          queue.Push(c < s.end && kept(z, c), KeptToken<Noise>{z, static_cast<int32_t>(c)});
+        }
+        queue.Drain(draw);
+      }
+      queue.Finish(draw);
+    } else {
+      // min-p alone keeps a few tokens in a hundred: the queue's ballots and stores on every
+      // token cost more than the lanes idle through the rare noise (NOTES try 86).
+      for (int64_t base = s.begin; base < s.end; base += kCompactRounds * kThreads) {
+        Bits v[kCompactRounds];
+        LoadRounds(s.x, base, s.end, v);
+#pragma unroll
+        for (int j = 0; j < kCompactRounds; ++j) {
+          const int64_t c = base + j * kThreads + threadIdx.x;
+          const Noise z = r.Scaled(v[j]);
+          if (c < s.end && kept(z, c)) draw(KeptToken<Noise>{z, static_cast<int32_t>(c)});
+        }
+      }
     }
     best = sampler.AllBest(best);
   }
