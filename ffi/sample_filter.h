@@ -59,7 +59,7 @@ JAX_ARGREDUCE_HD float MassExponent(Noise z, Noise z_max) {
 template <class Noise>
 JAX_ARGREDUCE_HD uint64_t FixedMass(Noise z, Noise z_max) {
   const float d = MassExponent(z, z_max);
-  return d < -23.0f ? 0 : MassFixed(ExpF32(d));
+  return d < -23.0f ? 0 : MassFixed(ExpF32Normal(d));  // d in [-23, 0]
 }
 
 // min-p as a floor on d: ExpF32(d) >= min_p iff d >= MinPFloor(min_p) (ExpF32 is
