@@ -464,17 +464,25 @@ struct WarpQueue {
   }
 };
 
-// A chunk's columns kRounds per thread at a time (round j of a step at base + j * kThreads +
-// threadIdx.x): every round's load is issued before the first is used. Loads written between
-// ballots or shared atomics are not hoisted above them, so each waited out its own latency
-// (NOTES try 86). Columns at or past `end` read as 0 (the caller skips them).
-template <int kRounds, class Bits>
-__device__ __forceinline__ void LoadRounds(const Bits* x, int64_t base, int64_t end,
-                                           Bits (&v)[kRounds]) {
+// A chunk's columns [begin, end) of row x, kCompactRounds per thread a step (round j of a step
+// at base + j * kThreads + threadIdx.x): visit(c, z) for every round, with z = r.Scaled(x[c])
+// (0 where c >= end: the visit excludes those columns), then step() once a step (a WarpQueue's
+// drain). Every round's load is issued before the first is used: loads written between ballots
+// or shared atomics are not hoisted above them, so each waited out its own latency (NOTES try
+// 86). Block-uniform trip counts: every lane reaches the visits' ballots.
+template <class Bits, class Row, class Visit, class Step>
+__device__ __forceinline__ void VisitRounds(const Bits* x, int64_t begin, int64_t end,
+                                            const Row& r, const Visit& visit, const Step& step) {
+  for (int64_t base = begin; base < end; base += kCompactRounds * kThreads) {
+    Bits v[kCompactRounds];
 #pragma unroll
-  for (int j = 0; j < kRounds; ++j) {
-    const int64_t c = base + j * kThreads + threadIdx.x;
-    v[j] = c < end ? x[c] : Bits(0);
+    for (int j = 0; j < kCompactRounds; ++j) {
+      const int64_t c = base + j * kThreads + threadIdx.x;
+      v[j] = c < end ? x[c] : Bits(0);
+    }
+#pragma unroll
+    for (int j = 0; j < kCompactRounds; ++j) visit(base + j * kThreads + threadIdx.x, r.Scaled(v[j]));
+    step();
   }
 }
 
@@ -666,35 +674,21 @@ __global__ void __launch_bounds__(kThreads, 3) SpreadLevelKernel(SpreadParams sp
     const uint64_t w = FixedMass(z, z_max);
     if (w != 0) bins.Add(digit, w);
   };
-  using Bits = typename Sampler::Bits;
-  constexpr int kRounds = kCompactRounds;
   if constexpr (L == 0) {
-    for (int64_t base = s.begin; base < s.end; base += kRounds * kThreads) {
-      Bits v[kRounds];
-      LoadRounds(s.x, base, s.end, v);
-#pragma unroll
-      for (int j = 0; j < kRounds; ++j) {
-        if (base + j * kThreads + threadIdx.x < s.end) add(r.Scaled(v[j]));
-      }
-    }
+    VisitRounds(s.x, s.begin, s.end, r, [&](int64_t c, Noise z) { if (c < s.end) add(z); },
+                [] {});
   } else {
     // Only the tokens of the bucket picked so far take the exp: a small part of the row,
     // scattered, so a warp would run it for a few lanes at a time (10 active threads of 32,
     // NOTES try 84). Each warp queues its matches' z in shared memory and runs the exp 32 at a
     // time (every lane busy).
     WarpQueue<Noise> queue(compact);
-    for (int64_t base = s.begin; base < s.end; base += kRounds * kThreads) {
-      Bits v[kRounds];
-      LoadRounds(s.x, base, s.end, v);
-#pragma unroll
-      for (int j = 0; j < kRounds; ++j) {
-        const Noise z = r.Scaled(v[j]);
-        queue.Push(base + j * kThreads + threadIdx.x < s.end &&
-                       SameHigh(Sampler::SortKey(z), prefix, kLow),
-                   z);
-      }
-      queue.Drain(add);
-    }
+    VisitRounds(
+        s.x, s.begin, s.end, r,
+        [&](int64_t c, Noise z) {
+          queue.Push(c < s.end && SameHigh(Sampler::SortKey(z), prefix, kLow), z);
+        },
+        [&] { queue.Drain(add); });
     queue.Finish(add);
   }
   __syncthreads();
@@ -780,36 +774,26 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
     const auto draw = [&](const KeptToken<Noise>& t) {
       best = Combine(best, Pair{NoisyKey<F>(r, t.z, t.col), t.col});
     };
-    using Bits = typename Sampler::Bits;
     if (f.HasTopP()) {
       // The kept tokens' noise (a Philox block and a log each) only: top-p keeps a part of the
       // row, often under half, so each warp queues its kept columns first (WarpQueue).
       WarpQueue<KeptToken<Noise>> queue(compact);
-      for (int64_t base = s.begin; base < s.end; base += kCompactRounds * kThreads) {
-        Bits v[kCompactRounds];
-        LoadRounds(s.x, base, s.end, v);
-#pragma unroll
-        for (int j = 0; j < kCompactRounds; ++j) {
-          const int64_t c = base + j * kThreads + threadIdx.x;
-          const Noise z = r.Scaled(v[j]);
-          queue.Push(c < s.end && kept(z, c), KeptToken<Noise>{z, static_cast<int32_t>(c)});
-        }
-        queue.Drain(draw);
-      }
+      VisitRounds(
+          s.x, s.begin, s.end, r,
+          [&](int64_t c, Noise z) {
+            queue.Push(c < s.end && kept(z, c), KeptToken<Noise>{z, static_cast<int32_t>(c)});
+          },
+          [&] { queue.Drain(draw); });
       queue.Finish(draw);
     } else {
       // min-p alone keeps a few tokens in a hundred: the queue's ballots and stores on every
       // token cost more than the lanes idle through the rare noise (NOTES try 86).
-      for (int64_t base = s.begin; base < s.end; base += kCompactRounds * kThreads) {
-        Bits v[kCompactRounds];
-        LoadRounds(s.x, base, s.end, v);
-#pragma unroll
-        for (int j = 0; j < kCompactRounds; ++j) {
-          const int64_t c = base + j * kThreads + threadIdx.x;
-          const Noise z = r.Scaled(v[j]);
-          if (c < s.end && kept(z, c)) draw(KeptToken<Noise>{z, static_cast<int32_t>(c)});
-        }
-      }
+      VisitRounds(
+          s.x, s.begin, s.end, r,
+          [&](int64_t c, Noise z) {
+            if (c < s.end && kept(z, c)) draw(KeptToken<Noise>{z, static_cast<int32_t>(c)});
+          },
+          [] {});
     }
     best = sampler.AllBest(best);
   }
