@@ -240,7 +240,8 @@ def top_k(a, k: int, axis: int = -1, *, method: str = "auto", axis_name=None
     reach, under ``jax_enable_x64``), sorted: larger first, a NaN before every number (the first
     NaN first), ties (-0.0 and +0.0 included) to the lowest index; values are the elements at
     the indices bit for bit (NaN payload, sign of zero). ``top_k(a, 1)`` is
-    ``max_with_index(a, axis, keepdims=True)``. Subnormals are compared exactly (no flush).
+    ``max_with_index(a, axis, keepdims=True)`` (whose indices are int64 under
+    ``jax_enable_x64``). Subnormals are compared exactly (no flush).
 
   Raises:
     ValueError: ``k`` out of range, a complex ``a`` (as ``jax.lax.top_k``), an axis longer
@@ -293,7 +294,7 @@ def top_k(a, k: int, axis: int = -1, *, method: str = "auto", axis_name=None
     outs = [jnp.take_along_axis(x, indices, axis=-1), indices]
   elif _dispatch.top_k_takes_max(k, method):
     values, indices = max_with_index(x, -1, keepdims=True, axis_name=axis_name)
-    outs = [values, indices.astype(index_dtype)]  # int64 under x64, as jnp.argmax
+    outs = [values, indices.astype(index_dtype)]  # max_with_index's are int64 under x64
   elif axis_name is not None:  # x: this device's block of a split axis
     names = _sharding.axis_names(x, axis_name, name)
     local = functools.partial(_primitives.top_k_last_axis, index_dtype=index_dtype,
@@ -414,8 +415,11 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
     top_k_bound: None, or a static int >= 1 promising every row's ``top_k`` is in
       [1, top_k_bound] (values are clipped to that range, traced ones included): lets a
       traced per-row ``top_k`` (e.g. an argument of a jitted decode step) take the GPU's fast
-      path. Without it a concrete ``top_k`` whose values are all >= 1 gives the bound itself
-      (its largest value rounded up to a power of two: a few compiled variants).
+      path. A row keeps at most ``top_k_bound`` tokens: a traced ``top_k`` of 0 or below
+      ("keep all" without a bound) is clipped to 1, greedy, and a concrete 0 raises; for rows
+      without a top-k, leave the bound out. Without it a concrete ``top_k`` whose values are
+      all >= 1 gives the bound itself (its largest value rounded up to a power of two: a few
+      compiled variants).
     method: "auto" (the fused handler wherever one is built: CPU, and CUDA when compiled in)
       or "kernel" (the same); "xla": Gumbel noise from threefry2x32 materialized by XLA (the
       path of platforms without the handler): the same distribution, other samples.
@@ -436,8 +440,8 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
       temperature; a temperature or filter of another shape; a concrete filter out of range
       (the message names it).
     NotImplementedError: filters with ``axis_name`` (a vocabulary split inside shard_map).
-    ValueError also: ``top_k_bound`` not an int >= 1, given without ``top_k``, or below a
-      concrete ``top_k``.
+    ValueError also: ``top_k_bound`` not an int >= 1, given without ``top_k``, or a concrete
+      ``top_k`` outside [1, top_k_bound].
     IndexError: ``axis`` out of range.
     TypeError: ``key`` is not a key array, complex logits, a temperature that is not real
       (bool, complex, str).

@@ -205,6 +205,9 @@ def test_top_k_bound():
     jax_argreduce.categorical(keys, x, top_p=0.5, top_k_bound=4)
   with pytest.raises(ValueError, match="top_k_bound"):
     jax_argreduce.categorical(keys, x, top_k=3, top_k_bound=0)
+  # A concrete 0 ("keep all") under a bound would be clipped to greedy.
+  with pytest.raises(ValueError, match="keeps all"):
+    jax_argreduce.categorical(keys, x, top_k=np.where(k == 5, 0, k), top_k_bound=8)
 
 
 def test_no_top_k_promise():
