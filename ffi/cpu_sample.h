@@ -366,22 +366,17 @@ struct FilteredSamplerCpu {
       total += w;
       buckets[SortKey(z) >> kShift] += w;
     };
-    bool counted = false;
-    if constexpr (sizeof(Bits) == 2) {
-      if (cols >= kValueCountMinCols) {
-        // A token's mass is a function of its logit's bits, and 16-bit logits take at most
-        // 2^16 values: count the tokens of each value, then one exp per value present (the
-        // same terms, summed in integers: the same sums; NOTES.md try 85).
-        auto& counts = scratch.counts;
-        counts.assign(size_t{1} << 16, 0u);
-        for (int64_t c = 0; c < cols; ++c) ++counts[x[c]];
-        for (size_t v = 0; v < counts.size(); ++v) {
-          if (counts[v] != 0) add(r.Scaled(static_cast<Bits>(v)), counts[v]);
-        }
-        counted = true;
+    if (sizeof(Bits) == 2 && cols >= kValueCountMinCols) {
+      // A token's mass is a function of its logit's bits, and 16-bit logits take at most
+      // 2^16 values: count the tokens of each value, then one exp per value present (the
+      // same terms, summed in integers: the same sums; NOTES.md try 85).
+      auto& counts = scratch.counts;
+      counts.assign(size_t{1} << 16, 0u);
+      for (int64_t c = 0; c < cols; ++c) ++counts[static_cast<uint16_t>(x[c])];
+      for (size_t v = 0; v < counts.size(); ++v) {
+        if (counts[v] != 0) add(r.Scaled(static_cast<Bits>(v)), counts[v]);
       }
-    }
-    if (!counted) {
+    } else {
       for (int64_t c = 0; c < cols; ++c) add(r.Scaled(x[c]), 1);
     }
     // The bucket of the crossing: the first (from the top) whose end reaches p of the total.

@@ -457,10 +457,6 @@ JAX_ARGREDUCE_HD float ExpF32Refined(float x) {  // x in [-104, 89]
   return AsFloat(RoundToF32(lo > 0.0 ? b + 1u : b - 1u).bits);  // off the midpoint, lo's side
 }
 
-}  // namespace exact_detail
-
-namespace exact_detail {
-
 // The fast path's y ~ exp(x) (relative error below 2^-51), as its bits, for x in [-104, 89].
 JAX_ARGREDUCE_HD uint64_t ExpF64Bits(float x) {
   const double xd = static_cast<double>(x);                  // exact

@@ -481,7 +481,9 @@ __device__ __forceinline__ void VisitRounds(const Bits* x, int64_t begin, int64_
       v[j] = c < end ? x[c] : Bits(0);
     }
 #pragma unroll
-    for (int j = 0; j < kCompactRounds; ++j) visit(base + j * kThreads + threadIdx.x, r.Scaled(v[j]));
+    for (int j = 0; j < kCompactRounds; ++j) {
+      visit(base + j * kThreads + threadIdx.x, r.Scaled(v[j]));
+    }
     step();
   }
 }

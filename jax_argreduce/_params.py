@@ -148,13 +148,15 @@ def k_bound(top_k, bound, op: str, cols: int | None = None) -> int:
     if top_k is None:
       raise ValueError(f"{op}: top_k_bound needs top_k")
     host = _concrete(top_k)
-    if host is not None and host.size and host.max() > bound:
-      raise ValueError(f"{op}: top_k has values above top_k_bound ({int(host.max())} > {bound})")
-    if host is not None and host.size and host.min() < 1:
-      # Clipped to 1 it would be greedy, where 0 means "keep all" (negatives raised earlier).
-      raise ValueError(f"{op}: top_k_bound promises top_k in [1, {bound}], got "
-                       f"{int(host.min())} (0 keeps all, which a bound cannot: leave "
-                       "top_k_bound out)")
+    if host is not None and host.size:
+      if host.max() > bound:
+        raise ValueError(f"{op}: top_k has values above top_k_bound "
+                         f"({int(host.max())} > {bound})")
+      if host.min() < 1:
+        # Clipped to 1 it would be greedy, where 0 means "keep all" (negatives raised earlier).
+        raise ValueError(f"{op}: top_k_bound promises top_k in [1, {bound}], got "
+                         f"{int(host.min())} (0 keeps all, which a bound cannot: leave "
+                         "top_k_bound out)")
     return int(min(bound, INT32_MAX))
   if top_k is None:
     return -1
