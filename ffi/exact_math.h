@@ -15,8 +15,8 @@
 // Invariants, keep them when editing:
 //   * every rounded floating operation goes through Add/Sub/Mul/Fma below (device: __f*_rn /
 //     __d*_rn intrinsics, which nvcc never contracts; host: a product is opaque to the compiler,
-//     so it is never contracted either); negations are exact and folded into fma operands (RN is
-//     symmetric);
+//     so it is never contracted either), or RoundToFloat / FloorToU64 for conversions of normal
+//     values; negations are exact and folded into fma operands (RN is symmetric);
 //   * never compile this with fast-math (-ffast-math is refused below; nvcc: no --use_fast_math,
 //     no -ftz=true).
 #ifndef JAX_ARGREDUCE_FFI_EXACT_MATH_H_
@@ -393,20 +393,27 @@ JAX_ARGREDUCE_HD DoubleDouble MulAddDD(DoubleDouble s, DoubleDouble r, double ch
   return FastTwoSum(t.hi, Add(t.lo, Add(pl, cl)));
 }
 
-// exp(r) by Taylor degree 13 for |r| <= 0.35 (the fast path).
+// exp(r) by Taylor degree 13 for |r| <= 0.35 (the fast path): coefficients 1/13! down to 1/2!.
+// The device keeps them in the constant bank, loaded into uniform registers once per kernel; as
+// literals each took two register moves per evaluation in the sampler's register-bound passes
+// (NOTES try 90).
+#define JAX_ARGREDUCE_EXP_TAYLOR                                                                 \
+  {0x1.6124613a86d09p-33, 0x1.1eed8eff8d898p-29, 0x1.ae64567f544e4p-26, 0x1.27e4fb7789f5cp-22, \
+   0x1.71de3a556c734p-19, 0x1.a01a01a01a01ap-16, 0x1.a01a01a01a01ap-13, 0x1.6c16c16c16c17p-10, \
+   0x1.1111111111111p-7,  0x1.5555555555555p-5,  0x1.5555555555555p-3,  0.5}
+#if defined(__CUDACC__)
+static __constant__ double kExpTaylorDevice[12] = JAX_ARGREDUCE_EXP_TAYLOR;
+#endif
+inline constexpr double kExpTaylorHost[12] = JAX_ARGREDUCE_EXP_TAYLOR;
+#undef JAX_ARGREDUCE_EXP_TAYLOR
 JAX_ARGREDUCE_HD double ExpPolyF64(double r) {
-  double q = 0x1.6124613a86d09p-33;  // 1/13!
-  q = Fma(q, r, 0x1.1eed8eff8d898p-29);
-  q = Fma(q, r, 0x1.ae64567f544e4p-26);
-  q = Fma(q, r, 0x1.27e4fb7789f5cp-22);
-  q = Fma(q, r, 0x1.71de3a556c734p-19);
-  q = Fma(q, r, 0x1.a01a01a01a01ap-16);
-  q = Fma(q, r, 0x1.a01a01a01a01ap-13);
-  q = Fma(q, r, 0x1.6c16c16c16c17p-10);
-  q = Fma(q, r, 0x1.1111111111111p-7);
-  q = Fma(q, r, 0x1.5555555555555p-5);
-  q = Fma(q, r, 0x1.5555555555555p-3);
-  q = Fma(q, r, 0.5);
+#if defined(__CUDA_ARCH__)
+  const double* c = kExpTaylorDevice;
+#else
+  const double* c = kExpTaylorHost;
+#endif
+  double q = c[0];
+  for (int i = 1; i < 12; ++i) q = Fma(q, r, c[i]);
   q = Fma(q, r, 1.0);
   return Fma(q, r, 1.0);
 }
@@ -416,7 +423,9 @@ JAX_ARGREDUCE_HD double ExpPolyF64(double r) {
 // (their sum is below 2^-36, so its rounding is below 2^-89), the rest in double-double. Then
 // the float32 rounding of hi + lo (|lo| <= ulp(hi) / 2): hi's, unless hi is a midpoint, where the
 // sign of lo decides.
-JAX_ARGREDUCE_HD float ExpF32Refined(float x) {  // x in [-104, 89]
+// Never inlined: the rare path, one copy per kernel instead of one per unrolled token (the spread
+// passes' code a third smaller, NOTES try 90).
+JAX_ARGREDUCE_HD_NOINLINE float ExpF32Refined(float x) {  // x in [-104, 89]
   const double xd = static_cast<double>(x);
   const double t = Fma(xd, kExpInvLn2, kRoundShift);
   const double kd = Sub(t, kRoundShift);
@@ -457,24 +466,44 @@ JAX_ARGREDUCE_HD float ExpF32Refined(float x) {  // x in [-104, 89]
   return AsFloat(RoundToF32(lo > 0.0 ? b + 1u : b - 1u).bits);  // off the midpoint, lo's side
 }
 
-// The fast path's y ~ exp(x) (relative error below 2^-51), as its bits, for x in [-104, 89].
-JAX_ARGREDUCE_HD uint64_t ExpF64Bits(float x) {
+// The fast path's y ~ exp(x) 2^scale_log2 (relative error below 2^-51), as its bits, for x in
+// [-104, 89] and a result that is a normal double.
+JAX_ARGREDUCE_HD uint64_t ExpF64Bits(float x, int scale_log2 = 0) {
   const double xd = static_cast<double>(x);                  // exact
   const double t = Fma(xd, kExpInvLn2, kRoundShift);
   const double kd = Sub(t, kRoundShift);                     // k = round(x / ln 2), |k| <= 150
   const int32_t k = static_cast<int32_t>(static_cast<uint32_t>(AsBits(t)));
   const double r = Fma(kd, -kExpLn2Mid, Fma(kd, -kExpLn2Hi, xd));  // inner fma exact
-  const double scale = AsDouble(static_cast<uint64_t>(k + 1023) << 52);  // 2^k
+  const double scale = AsDouble(static_cast<uint64_t>(k + scale_log2 + 1023) << 52);
   return AsBits(Mul(ExpPolyF64(r), scale));  // exact scaling
+}
+
+// A double rounded to the nearest float32 (ties to even; the default rounding mode that the
+// helpers above assume on the host), and a float32 in [0, 2^64) rounded down to an integer: one
+// conversion instruction each. Only for normal float32 results: a subnormal one would depend on
+// flush-to-zero modes (the host's MXCSR, nvcc's -ftz).
+JAX_ARGREDUCE_HD float RoundToFloat(double x) {
+#if defined(__CUDA_ARCH__)
+  return __double2float_rn(x);
+#else
+  return static_cast<float>(x);
+#endif
+}
+JAX_ARGREDUCE_HD uint64_t FloorToU64(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float2ull_rd(x);
+#else
+  return static_cast<uint64_t>(x);  // truncation: the floor of a non-negative value
+#endif
 }
 
 }  // namespace exact_detail
 
-// ExpF32(x) for x in (-87, 89], where exp(x) is a normal float32 (exp(-87) > 2^-126) or +inf:
-// every mass the sampler sums (FixedMass: x >= -23). y's low 29 bits are the ones rounding to
-// float32 drops, and a float32 midpoint lies within 16 doubles of y iff they are within 16 of
-// 2^28: RoundToF32(b - 16) == RoundToF32(b + 16) in a few 32-bit operations (half the fast
-// path's time on the host, NOTES try 87). Checked with ExpF32 over every float32 x.
+// ExpF32(x) for x in (-87, 89], where exp(x) is a normal float32 (exp(-87) > 2^-126) or +inf
+// (the masses' relative E and min-p's floor search: x <= 0). y's low 29 bits are the ones
+// rounding to float32 drops, and a float32 midpoint lies within 16 doubles of y iff they are
+// within 16 of 2^28: RoundToF32(b - 16) == RoundToF32(b + 16) in a few 32-bit operations (half
+// the fast path's time on the host, NOTES try 87). Checked with ExpF32 over every float32 x.
 JAX_ARGREDUCE_HD float ExpF32Normal(float x) {
   using namespace exact_detail;
   const uint64_t b = ExpF64Bits(x);
@@ -522,6 +551,36 @@ JAX_ARGREDUCE_HD uint64_t MassFixed(float e) {
   const uint64_t m = (b & 0x7FFFFFu) | 0x800000u;
   // A subnormal e (exponent field 0) is below 2^-126: shift -118 already flushes it to 0.
   return shift >= 0 ? m << shift : (shift > -64 ? m >> -shift : 0u);
+}
+
+// A token's mass MassFixed(ExpF32(d)) for d = z - z_max <= 0 (SPEC §1f; MassExponent never
+// gives d > 0, whose mass would pass MassFixed's clamp at 2^32), in two steps for callers that
+// evaluate several tokens side by side (branch-free, so their DFMA chains overlap): 0 for
+// d < -23 (ExpF32(d) < 2^-32, ExpF32 non-decreasing; a NaN d too); else y = the fast path's
+// exp(d) 2^32. Scaling by 2^32 changes no significand bit and 2^32 exp(d) is a normal float32
+// here ([0.44, 2^32]), so rounding y to float32 gives 2^32 ExpF32(d) wherever the fast path
+// decides (as ExpF32Normal), and its floor is the mass: two conversions where the bits took a
+// dozen integer operations (NOTES try 91). `refine`: a float32 midpoint within 16 doubles of y
+// (about one d in 2^24, as ExpF32Normal), and MassOfExponent's refinement decides.
+struct FastMass {
+  uint64_t mass;
+  bool refine;
+};
+JAX_ARGREDUCE_HD FastMass MassOfExponentFast(float d) {
+  using namespace exact_detail;
+  const bool live = d >= -23.0f;
+  const uint64_t b = ExpF64Bits(live ? d : 0.0f, 32);
+  const uint32_t low = static_cast<uint32_t>(b) & 0x1FFFFFFFu;
+  const uint64_t mass = FloorToU64(RoundToFloat(AsDouble(b)));
+  // ExpF32Normal's window, written alike (a helper for both changed the kernels' branch layout).
+  return FastMass{live ? mass : 0u, live && low - (0x10000000u - 16u) <= 32u};
+}
+JAX_ARGREDUCE_HD uint64_t MassOfExponentRefined(float d) {  // where `refine`
+  return MassFixed(exact_detail::ExpF32Refined(d));
+}
+JAX_ARGREDUCE_HD uint64_t MassOfExponent(float d) {
+  const FastMass m = MassOfExponentFast(d);
+  return m.refine ? MassOfExponentRefined(d) : m.mass;
 }
 
 // prefix < p * total in real arithmetic, for prefix, total < 2^53 and p in (0, 1] (any positive

@@ -19,8 +19,10 @@
 
 #if defined(__CUDACC__)
 #define JAX_ARGREDUCE_HD __host__ __device__ __forceinline__
+#define JAX_ARGREDUCE_HD_NOINLINE inline __host__ __device__ __noinline__
 #else
 #define JAX_ARGREDUCE_HD inline
+#define JAX_ARGREDUCE_HD_NOINLINE inline
 #endif
 
 namespace jax_argreduce {

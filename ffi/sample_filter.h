@@ -54,12 +54,10 @@ JAX_ARGREDUCE_HD float MassExponent(Noise z, Noise z_max) {
   return z < z_max ? static_cast<float>(z - z_max) : 0.0f;
 }
 
-// MassFixed(RelativeMass(z, z_max)) without the exp where it is 0: ExpF32(d) < 2^-32 for
-// d < -23 (exp(-23) = 1.03e-10), and ExpF32 is non-decreasing.
+// MassFixed(RelativeMass(z, z_max)), a token's fixed-point mass (exact_math.h's MassOfExponent).
 template <class Noise>
 JAX_ARGREDUCE_HD uint64_t FixedMass(Noise z, Noise z_max) {
-  const float d = MassExponent(z, z_max);
-  return d < -23.0f ? 0 : MassFixed(ExpF32Normal(d));  // d in [-23, 0]
+  return MassOfExponent(MassExponent(z, z_max));
 }
 
 // min-p as a floor on d: ExpF32(d) >= min_p iff d >= MinPFloor(min_p) (ExpF32 is

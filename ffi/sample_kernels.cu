@@ -677,8 +677,37 @@ __global__ void __launch_bounds__(kThreads, 3) SpreadLevelKernel(SpreadParams sp
     if (w != 0) bins.Add(digit, w);
   };
   if constexpr (L == 0) {
-    VisitRounds(s.x, s.begin, s.end, r, [&](int64_t c, Noise z) { if (c < s.end) add(z); },
-                [] {});
+    // A step's tokens side by side: their masses first (branch-free, so the four chains of
+    // DFMAs overlap), then the bins. VisitRounds visits kCompactRounds tokens, then steps.
+    Noise zs[kCompactRounds];
+    int j = 0;
+    VisitRounds(
+        s.x, s.begin, s.end, r,
+        [&](int64_t c, Noise z) { zs[j++] = c < s.end ? z : -Noise(INFINITY); },
+        [&] {
+          FastMass m[kCompactRounds];
+          // The four flags joined before any branch: else the compiler sinks each token's
+          // chain past the previous token's branches, and the chains run one after another.
+          bool refine = false;
+#pragma unroll
+          for (int i = 0; i < kCompactRounds; ++i) {
+            m[i] = MassOfExponentFast(MassExponent(zs[i], z_max));
+            refine |= m[i].refine;
+          }
+          if (refine) {
+#pragma unroll
+            for (int i = 0; i < kCompactRounds; ++i) {
+              if (m[i].refine) m[i].mass = MassOfExponentRefined(MassExponent(zs[i], z_max));
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kCompactRounds; ++i) {
+            const uint32_t digit =
+                static_cast<uint32_t>((Sampler::SortKey(zs[i]) >> kShift) & kMask);
+            if (m[i].mass != 0) bins.Add(digit, m[i].mass);
+          }
+          j = 0;
+        });
   } else {
     // Only the tokens of the bucket picked so far take the exp: a small part of the row,
     // scattered, so a warp would run it for a few lanes at a time (10 active threads of 32,

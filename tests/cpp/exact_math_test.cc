@@ -4,8 +4,8 @@
 // range gives +0, +inf or NaN, and it is non-decreasing over consecutive floats; the refinement
 // alone is correct wherever the reference needed quad precision (a superset of the inputs that
 // reach it); MassFixed equals floor(e * 2^32) for every float e in [2^-40, 1] (and sampled
-// below); MassBelow equals the exact comparison prefix < p * total on random and adversarial
-// inputs.
+// below), and MassOfExponent(d) equals MassFixed(ExpF32(d)) for every float d in [-24, 0];
+// MassBelow equals the exact comparison prefix < p * total on random and adversarial inputs.
 //
 // The reference: glibc's exp in double (error below 1 ulp of double) decides wherever its
 // rounding to float32 is the same at y (1 - 2^-40) and y (1 + 2^-40); elsewhere (about one input
@@ -204,6 +204,33 @@ void CheckMassFixed() {
         "MassFixed edges (1, -0, 2^-32, below 2^-32, below 1, negative, +inf)");
 }
 
+// MassOfExponent(d) == MassFixed(ExpF32(d)) for every float d in [-24, 0] (both zeros included;
+// ExpF32 is checked separately: this checks the cutoff at -23, the two-conversion shortcut and
+// its refinement flag), and -inf and NaN give 0.
+void CheckMassOfExponent() {
+  std::atomic<uint64_t> bad{0}, refined{0};
+  const uint32_t lo = AsBits(-0.0f), hi = AsBits(-24.0f);
+  ParallelFor(lo, uint64_t{hi} + 1, [&](uint64_t b, uint64_t e) {
+    uint64_t local = 0, local_refined = 0;
+    for (uint64_t i = b; i < e; ++i) {
+      const float d = AsFloat(static_cast<uint32_t>(i));
+      const uint64_t want = MassFixed(ExpF32(d));  // 0 below -22.18: checks the cutoff too
+      local += MassOfExponent(d) == want ? 0 : 1;
+      const FastMass m = MassOfExponentFast(d);
+      local_refined += m.refine ? 1 : 0;
+      local += m.refine || m.mass == want ? 0 : 1;
+    }
+    bad += local;
+    refined += local_refined;
+  });
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%" PRIu64 " wrong, %" PRIu64 " refined", bad.load(),
+                refined.load());
+  Check(bad == 0 && MassOfExponent(0.0f) == (1ull << 32) && MassOfExponent(-INFINITY) == 0 &&
+            MassOfExponent(NAN) == 0,
+        "MassOfExponent == MassFixed(ExpF32(d)), every float d in [-24, 0]", buf);
+}
+
 // prefix < p * total, exactly in quad: p * total has at most 24 + 53 = 77 significant bits.
 bool RefBelow(uint64_t prefix, float p, uint64_t total) {
   return static_cast<__float128>(prefix) <
@@ -268,6 +295,7 @@ void CheckMassBelow() {
 int main(int argc, char** argv) {
   const bool exhaustive = argc > 1 && std::strcmp(argv[1], "--exhaustive") == 0;
   CheckMassFixed();
+  CheckMassOfExponent();
   CheckMassBelow();
   CheckExpOutside(exhaustive ? 1 : 4099);
   CheckExpRange(-104.0f, 0.0f, 1);  // every float: the sampler's range
