@@ -11,8 +11,9 @@
 //   * the FNV digests pinned in tests/cpp/gumbel_test.cc recomputed from the DEVICE results, so
 //     the GPU is tied to the values g++/clang give on any flags;
 //   * exact_math.h's own exp, ExpF32, over every float32 in [-104, 89] (outside: +0, +inf, NaN,
-//     checked by the host test), and the fixed-point masses MassFixed / MassBelow on random and
-//     boundary inputs; the host side of ExpF32 is correctly rounded over that range
+//     checked by the host test), a token's mass MassOfExponent (and its fast step's mass and
+//     refinement flag) over every float32 d in [-24, 0], and the fixed-point masses MassFixed /
+//     MassBelow on random and boundary inputs; the host side of ExpF32 is correctly rounded over that range
 //     (tests/cpp/exact_math_test.cc), so the device's is too.
 //
 // Build: nvcc -std=c++17 -arch=sm_90 -O3 -Xcompiler -mfma -I ffi tests/cuda/gumbel_check.cu \
@@ -397,6 +398,18 @@ __global__ void ExpRangeKernel(uint32_t key0, uint32_t* out, size_t n) {
   }
 }
 
+// A token's mass from d = z - z_max (exact_math.h): MassOfExponent, and the fast step's mass with
+// its refinement flag in bit 63 (a mass is at most 2^32).
+__global__ void MassOfExponentKernel(uint32_t key0, uint64_t* full, uint64_t* fast, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const float d = __uint_as_float(BitsOfKey(key0 + static_cast<uint32_t>(i)));
+    full[i] = MassOfExponent(d);
+    const FastMass m = MassOfExponentFast(d);
+    fast[i] = m.mass | (m.refine ? 1ull << 63 : 0ull);
+  }
+}
+
 struct MassQuery {
   uint64_t prefix, total;
   float p;
@@ -435,6 +448,40 @@ void CheckExpAndMasses() {
   std::printf("%s  ExpF32 device == host (every float in [-104, 89]): %" PRIu64
               " values, %" PRIu64 " mismatches\n", bad ? "FAIL" : "ok  ", total, bad);
   if (bad) ++g_failures;
+
+  // The masses' shortcut (two conversions on the device, casts on the host) and its refinement
+  // flag over every d in [-24, 0], both zeros included.
+  {
+    const uint32_t lo = KeyOfBits(AsBits(-24.0f)), hi = KeyOfBits(AsBits(0.0f));
+    uint64_t *d_full, *d_fast;
+    CHECK(cudaMalloc(&d_full, chunk * 8));
+    CHECK(cudaMalloc(&d_fast, chunk * 8));
+    uint64_t count = 0, wrong = 0;
+    for (uint64_t key0 = lo; key0 <= hi; key0 += chunk) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, hi + 1ull - key0));
+      MassOfExponentKernel<<<1024, 256>>>(static_cast<uint32_t>(key0), d_full, d_fast, n);
+      CHECK(cudaGetLastError());
+      const auto full = ToHost(d_full, n);
+      const auto fast = ToHost(d_fast, n);
+      for (size_t i = 0; i < n; ++i) {
+        const float d = AsFloat(BitsOfKey(static_cast<uint32_t>(key0 + i)));
+        const FastMass m = MassOfExponentFast(d);
+        const uint64_t host_fast = m.mass | (m.refine ? 1ull << 63 : 0ull);
+        if ((full[i] != MassOfExponent(d) || fast[i] != host_fast) && wrong++ < 5) {
+          std::printf("    MassOfExponent mismatch at d %a: device %" PRIu64 " / %" PRIx64
+                      ", host %" PRIu64 " / %" PRIx64 "\n", d, full[i], fast[i],
+                      MassOfExponent(d), host_fast);
+        }
+      }
+      count += n;
+    }
+    cudaFree(d_full);
+    cudaFree(d_fast);
+    g_compared += count;
+    std::printf("%s  MassOfExponent(Fast) device == host (every float in [-24, 0]): %" PRIu64
+                " values, %" PRIu64 " mismatches\n", wrong ? "FAIL" : "ok  ", count, wrong);
+    if (wrong) ++g_failures;
+  }
 
   // Masses: p over every exponent and random mantissas (with edges), totals of every bit length,
   // prefixes at floor(p * total) + {-1, 0, 1} (the comparison's boundary) and random.
