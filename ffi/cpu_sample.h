@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "categorical.h"
+#include "cpu_mass_x86.h"
 #include "cpu_reduce.h"
 #include "cpu_select.h"
 #include "order.h"
@@ -377,7 +378,32 @@ struct FilteredSamplerCpu {
         if (counts[v] != 0) add(r.Scaled(static_cast<Bits>(v)), counts[v]);
       }
     } else {
-      for (int64_t c = 0; c < cols; ++c) add(r.Scaled(x[c]), 1);
+      int64_t c = 0;
+#if JAX_ARGREDUCE_CPU_MASS_X86
+      if constexpr (std::is_same_v<Noise, float>) {
+        // Four masses at once (cpu_mass_x86.h: the same bits; NOTES try 93), a block at a time.
+        if (SelectedCpuIsa() >= CpuIsa::kAvx2 && CpuHasMassX4()) {
+          constexpr int64_t kBlock = 512;
+          float d[kBlock];
+          uint64_t mass[kBlock], refine[kBlock];
+          for (; c + 4 <= cols; c += kBlock) {
+            const int64_t n = std::min<int64_t>(kBlock, (cols - c) & ~int64_t{3});
+            for (int64_t j = 0; j < n; ++j) d[j] = MassExponent(r.Scaled(x[c + j]), z_max);
+            MassOfExponentFastBlock(d, n, mass, refine);
+            for (int64_t j = 0; j < n; ++j) {
+              const uint64_t w = refine[j] != 0 ? MassOfExponentRefined(d[j]) : mass[j];
+              total += w;
+              buckets[SortKey(r.Scaled(x[c + j])) >> kShift] += w;
+            }
+            if (n < kBlock) {
+              c += n;
+              break;
+            }
+          }
+        }
+      }
+#endif
+      for (; c < cols; ++c) add(r.Scaled(x[c]), 1);
     }
     // The bucket of the crossing: the first (from the top) whose end reaches p of the total.
     // Tokens of mass 0 are never kept (p < 1: the mass before them is the total), so the

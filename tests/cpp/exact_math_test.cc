@@ -20,6 +20,7 @@
 // Prints one line per check and "exact_math_test: PASS" / "exact_math_test: FAIL (n failures)";
 // exit 1 on failure.
 #include "exact_math.h"
+#include "cpu_mass_x86.h"
 
 #include <quadmath.h>
 
@@ -231,6 +232,55 @@ void CheckMassOfExponent() {
         "MassOfExponent == MassFixed(ExpF32(d)), every float d in [-24, 0]", buf);
 }
 
+// MassOfExponentFastX4 (cpu_mass_x86.h, AVX2 + FMA) lane for lane equal to MassOfExponentFast
+// over every float d in [-24, 0], on -inf, NaN and a few positive d, in every lane position.
+void CheckMassX4() {
+#if JAX_ARGREDUCE_CPU_MASS_X86
+  if (!CpuHasMassX4()) {
+    std::printf("skip  MassOfExponentFastX4: no AVX2 + FMA here\n");
+    return;
+  }
+  std::atomic<uint64_t> bad{0};
+  const auto check4 = [](const float* d) {
+    uint64_t mass[4], refine[4], wrong = 0;
+    MassOfExponentFastX4(d, mass, refine);
+    for (int j = 0; j < 4; ++j) {
+      const FastMass m = MassOfExponentFast(d[j]);
+      wrong += m.mass == mass[j] && (m.refine ? 1u : 0u) == refine[j] ? 0 : 1;
+    }
+    return wrong;
+  };
+  const uint32_t lo = AsBits(-0.0f), hi = AsBits(-24.0f);
+  const uint64_t n = uint64_t{hi} - lo + 1;
+  ParallelFor(0, (n + 3) / 4, [&](uint64_t b, uint64_t e) {
+    uint64_t local = 0;
+    for (uint64_t i = b; i < e; ++i) {
+      float d[4];
+      for (int j = 0; j < 4; ++j) {
+        d[j] = AsFloat(static_cast<uint32_t>(std::min<uint64_t>(lo + 4 * i + j, hi)));
+      }
+      local += check4(d);
+    }
+    bad += local;
+  });
+  const float specials[] = {-INFINITY, NAN, -NAN, 0.0f, -0.0f, 1.0f, 0x1p-30f, -23.0f,
+                            -0x1.7000002p+4f, -22.999998f, -0x1p-25f, -0x1.d2259ap+3f};
+  const int count = static_cast<int>(sizeof specials / sizeof specials[0]);
+  for (int i = 0; i < count; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      float d[4] = {-1.0f, -2.0f, -3.0f, -4.0f};
+      d[j] = specials[i];
+      bad += check4(d);
+    }
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%" PRIu64 " lanes wrong", bad.load());
+  Check(bad == 0, "MassOfExponentFastX4 == MassOfExponentFast, every float d in [-24, 0]", buf);
+#else
+  std::printf("skip  MassOfExponentFastX4: not x86-64\n");
+#endif
+}
+
 // prefix < p * total, exactly in quad: p * total has at most 24 + 53 = 77 significant bits.
 bool RefBelow(uint64_t prefix, float p, uint64_t total) {
   return static_cast<__float128>(prefix) <
@@ -296,6 +346,7 @@ int main(int argc, char** argv) {
   const bool exhaustive = argc > 1 && std::strcmp(argv[1], "--exhaustive") == 0;
   CheckMassFixed();
   CheckMassOfExponent();
+  CheckMassX4();
   CheckMassBelow();
   CheckExpOutside(exhaustive ? 1 : 4099);
   CheckExpRange(-104.0f, 0.0f, 1);  // every float: the sampler's range

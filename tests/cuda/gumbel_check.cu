@@ -13,8 +13,8 @@
 //   * exact_math.h's own exp, ExpF32, over every float32 in [-104, 89] (outside: +0, +inf, NaN,
 //     checked by the host test), a token's mass MassOfExponent (and its fast step's mass and
 //     refinement flag) over every float32 d in [-24, 0], and the fixed-point masses MassFixed /
-//     MassBelow on random and boundary inputs; the host side of ExpF32 is correctly rounded over that range
-//     (tests/cpp/exact_math_test.cc), so the device's is too.
+//     MassBelow on random and boundary inputs; the host side of ExpF32 is correctly rounded over
+//     that range (tests/cpp/exact_math_test.cc), so the device's is too.
 //
 // Build: nvcc -std=c++17 -arch=sm_90 -O3 -Xcompiler -mfma -I ffi tests/cuda/gumbel_check.cu \
 //          -o /tmp/gumbel_check
