@@ -362,11 +362,11 @@ struct FilteredSamplerCpu {
     buckets.assign(size_t{1} << kBucketBits, 0);
     constexpr int kShift = kKeyBits - kBucketBits;
     uint64_t total = 0;
-    const auto add = [&](Noise z, uint64_t n) {
-      const uint64_t w = n * FixedMass(z, z_max);
+    const auto add_mass = [&](Noise z, uint64_t w) {
       total += w;
       buckets[SortKey(z) >> kShift] += w;
     };
+    const auto add = [&](Noise z, uint64_t n) { add_mass(z, n * FixedMass(z, z_max)); };
     if (sizeof(Bits) == 2 && cols >= kValueCountMinCols) {
       // A token's mass is a function of its logit's bits, and 16-bit logits take at most
       // 2^16 values: count the tokens of each value, then one exp per value present (the
@@ -384,16 +384,18 @@ struct FilteredSamplerCpu {
         // Four masses at once (cpu_mass_x86.h: the same bits; NOTES try 93), a block at a time.
         if (SelectedCpuIsa() >= CpuIsa::kAvx2 && CpuHasMassX4()) {
           constexpr int64_t kBlock = 512;
+          Noise z[kBlock];
           float d[kBlock];
           uint64_t mass[kBlock], refine[kBlock];
           for (; c + 4 <= cols; c += kBlock) {
             const int64_t n = std::min<int64_t>(kBlock, (cols - c) & ~int64_t{3});
-            for (int64_t j = 0; j < n; ++j) d[j] = MassExponent(r.Scaled(x[c + j]), z_max);
+            for (int64_t j = 0; j < n; ++j) {
+              z[j] = r.Scaled(x[c + j]);
+              d[j] = MassExponent(z[j], z_max);
+            }
             MassOfExponentFastBlock(d, n, mass, refine);
             for (int64_t j = 0; j < n; ++j) {
-              const uint64_t w = refine[j] != 0 ? MassOfExponentRefined(d[j]) : mass[j];
-              total += w;
-              buckets[SortKey(r.Scaled(x[c + j])) >> kShift] += w;
+              add_mass(z[j], refine[j] != 0 ? MassOfExponentRefined(d[j]) : mass[j]);
             }
             if (n < kBlock) {
               c += n;
