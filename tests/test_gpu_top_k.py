@@ -124,7 +124,8 @@ def test_grad_on_gpu(rng):
 
 def _select_check_exe(tmp_path):
   # JAX_ARGREDUCE_SELECT_CHECK: a binary built ahead for this GPU (saves the nvcc build here).
-  return cuda_check_exe(tmp_path, "select_check", ["top_k_kernels.cu", "launch_plan.cc"],
+  return cuda_check_exe(tmp_path, "select_check",
+                        ["top_k_kernels.cu", "sample_topk_kernels.cu", "launch_plan.cc"],
                         prebuilt_env="JAX_ARGREDUCE_SELECT_CHECK")
 
 
