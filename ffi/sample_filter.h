@@ -219,6 +219,33 @@ JAX_ARGREDUCE_HD typename GumbelKeyPolicy<F>::Key NoisyKey(
   }
 }
 
+// NoisyKey(r, z, col) into `key` where it could reach `floor` (the key of a pair already in the
+// draw); false, with no log, where it cannot. gumbel.h's bound G <= GumbelUpperBound* of the
+// noise bits and rounding's monotonicity give key(fl(z + G)) <= key(fl(z + bound)), so a token
+// whose bound key is below `floor` draws a key below it: it neither wins nor ties the draw
+// (categorical.h skips the same way). Float32 noise is bounded by its high half, so the low
+// stream's generator runs only past the bound, as the log does.
+template <Format F>
+JAX_ARGREDUCE_HD bool NoisyKeyReaches(const typename GumbelKeyPolicy<F>::Row& r,
+                                      typename GumbelKeyPolicy<F>::Noise z, int64_t col,
+                                      typename GumbelKeyPolicy<F>::Key floor,
+                                      typename GumbelKeyPolicy<F>::Key& key) {
+  using Row = typename GumbelKeyPolicy<F>::Row;
+  using gumbel_detail::Add;
+  const uint32_t c = r.col_offset + static_cast<uint32_t>(col);
+  if constexpr (F == Format::kF64) {
+    const uint64_t bits = GumbelBitsF64(GumbelBitsPairF64(r.k0, r.k1, r.counter_row, c >> 1), c & 1u);
+    if (Row::KeyOf(Add(z, GumbelUpperBoundF64(bits))) < floor) return false;
+    key = Row::KeyOf(Add(z, GumbelFromBitsF64(bits)));
+  } else {
+    const uint32_t high = GumbelHalf(GumbelBitsHighF32(r.k0, r.k1, r.counter_row, c >> 3), c & 7u);
+    if (Row::KeyOf(Add(z, GumbelUpperBoundHighF32(high))) < floor) return false;
+    const uint32_t low = GumbelHalf(GumbelBitsLowF32(r.k0, r.k1, r.counter_row, c >> 3), c & 7u);
+    key = Row::KeyOf(Add(z, GumbelFromBitsF32(GumbelJoinF32(high, low))));
+  }
+  return true;
+}
+
 }  // namespace jax_argreduce
 
 #endif  // JAX_ARGREDUCE_FFI_SAMPLE_FILTER_H_

@@ -195,7 +195,10 @@ struct RowSampler {
     ForEach([&](int64_t c, Noise z) {
       if (After(bar, SortKey(z), c)) return;
       if (min_p > 0.0f && !(RelativeMass(z, z_max) >= min_p)) return;
-      best = Combine(best, Pair{NoisyKey<F>(r, z, c), static_cast<int32_t>(c)});
+      Key key;
+      if (NoisyKeyReaches<F>(r, z, c, best.key, key)) {
+        best = Combine(best, Pair{key, static_cast<int32_t>(c)});
+      }
     });
     return AllBest(best);
   }
@@ -422,7 +425,9 @@ __global__ void __launch_bounds__(kThreads) FilteredSampleKernel(Params p) {
 //   5. SpreadDrawKernel: the bar (the last level's pick gives the full key; MassBelow gives how
 //      many of its ties are kept, and this chunk's share of them follows from the counts of
 //      the chunks before it), min-p as a floor on d (from the row state), the draw over the chunk's
-//      kept tokens; the row's last block (the done count) combines the chunks' pairs.
+//      kept tokens (the noise's bound first: a token whose bound cannot reach the warp's best
+//      key so far skips the log, NoisyKeyReaches); the row's last block (the done count)
+//      combines the chunks' pairs.
 // Every rule is RowSampler's (TopPBar, DrawKept, Sample), so the result is the generic path's
 // and the CPU handler's, bit for bit.
 
@@ -740,6 +745,7 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
   using Sampler = RowSampler<F>;
   using Noise = typename Sampler::Noise;
   using Pair = typename Sampler::Pair;
+  using Key = typename Sampler::Key;
   __shared__ typename Sampler::Shared sh;
   __shared__ bool last;
   __shared__ KeptToken<Noise> compact[kThreads / 32][WarpQueue<KeptToken<Noise>>::kCapacity];
@@ -756,7 +762,10 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
   if (!r.greedy && !f.Any(sp.p.cols)) {  // categorical's plain draw
 #pragma unroll 4  // loads of 4 columns in flight per thread (NOTES try 84)
     for (int64_t c = s.begin + threadIdx.x; c < s.end; c += kThreads) {
-      best = Combine(best, Pair{NoisyKey<F>(r, r.Scaled(s.x[c]), c), static_cast<int32_t>(c)});
+      Key key;
+      if (NoisyKeyReaches<F>(r, r.Scaled(s.x[c]), c, best.key, key)) {
+        best = Combine(best, Pair{key, static_cast<int32_t>(c)});
+      }
     }
     best = sampler.AllBest(best);
   } else if (!r.greedy && z_max == z_max && z_max != -Noise(INFINITY) &&
@@ -802,19 +811,31 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
       return !After(bar, Sampler::SortKey(z), c) &&
              (!f.HasMinP() || MassExponent(z, z_max) >= floor);
     };
+    // The noise's bound first (NoisyKeyReaches) against the best key of the warp's lanes as of
+    // their last step (`reach`, any column: a key below it cannot win or tie) or the lane's own.
+    Key reach = KeyLimits<Key>::kLowest;
     const auto draw = [&](const KeptToken<Noise>& t) {
-      best = Combine(best, Pair{NoisyKey<F>(r, t.z, t.col), t.col});
+      Key key;
+      if (NoisyKeyReaches<F>(r, t.z, t.col, reach > best.key ? reach : best.key, key)) {
+        best = Combine(best, Pair{key, t.col});
+      }
+    };
+    const auto share = [&] {
+      reach = device::WarpReduce<32>(best.key, [](Key a, Key b) { return a > b ? a : b; });
     };
     if (f.HasTopP()) {
-      // The kept tokens' noise (a Philox block and a log each) only: top-p keeps a part of the
-      // row, often under half, so each warp queues its kept columns first (WarpQueue).
+      // The kept tokens' noise only: top-p keeps a part of the row, often under half, so each
+      // warp queues its kept columns first (WarpQueue).
       WarpQueue<KeptToken<Noise>> queue(compact);
       VisitRounds(
           s.x, s.begin, s.end, r,
           [&](int64_t c, Noise z) {
             queue.Push(c < s.end && kept(z, c), KeptToken<Noise>{z, static_cast<int32_t>(c)});
           },
-          [&] { queue.Drain(draw); });
+          [&] {
+            queue.Drain(draw);
+            share();
+          });
       queue.Finish(draw);
     } else {
       // min-p alone keeps a few tokens in a hundred: the queue's ballots and stores on every
@@ -824,7 +845,7 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
           [&](int64_t c, Noise z) {
             if (c < s.end && kept(z, c)) draw(KeptToken<Noise>{z, static_cast<int32_t>(c)});
           },
-          [] {});
+          share);
     }
     best = sampler.AllBest(best);
   }
@@ -1036,6 +1057,7 @@ __global__ void __launch_bounds__(kThreads) SplitFilteredDrawKernel(SplitParams 
   using Noise = typename Sampler::Noise;
   using Pair = typename Sampler::Pair;
   using Row = typename Sampler::Row;
+  using Key = typename Sampler::Key;
   __shared__ typename Sampler::Shared sh;
   __shared__ float min_p_floor;
   const auto policy = PolicyOf<F>(sp.p);
@@ -1131,7 +1153,10 @@ __global__ void __launch_bounds__(kThreads) SplitFilteredDrawKernel(SplitParams 
                                              FixedMass(z, top.z_max) > 0);
           if (!in_bar || !(MassExponent(z, top.z_max) >= d_floor)) return;
           any = true;
-          kept = Combine(kept, Pair{NoisyKey<F>(r, z, c), static_cast<int32_t>(c)});
+          Key noisy;
+          if (NoisyKeyReaches<F>(r, z, c, kept.key, noisy)) {
+            kept = Combine(kept, Pair{noisy, static_cast<int32_t>(c)});
+          }
         });
         any = __syncthreads_or(any);
         kept = sampler.AllBest(kept);

@@ -3,7 +3,8 @@
 // against double / long double / __float128 references, the exact upper tail, the cheap upper
 // bound, monotonicity and range of the float32 noise, group == per-element, pinned noise values
 // (any change of the generator or the transform changes samples: it must be deliberate), and a
-// KS / chi-square sanity check of the noise against the Gumbel CDF.
+// KS / chi-square sanity check of the noise against the Gumbel CDF; the draw's skip
+// (sample_filter.h, NoisyKeyReaches) against the noisy key it skips.
 //
 // Build and run (x86-64 Linux, g++ >= 9 or clang; no flag changes a noise bit: the pinned digests
 // check it. -march=native only makes it faster):
@@ -16,6 +17,7 @@
 // Prints one line per check and "gumbel_test: PASS" / "gumbel_test: FAIL (n failures)"; exit 1
 // on failure.
 #include "gumbel.h"
+#include "sample_filter.h"  // NoisyKey, NoisyKeyReaches
 
 #include <quadmath.h>
 
@@ -26,6 +28,8 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -701,6 +705,61 @@ void TestDistribution() {
 
 }  // namespace
 
+// NoisyKeyReaches(r, z, col, floor) against NoisyKey(r, z, col): where it reaches, the same key;
+// where it skips, a key below the floor (so the skipped token neither wins nor ties). Floors at
+// the key itself and one step either side of it (the strict comparison), another token's key,
+// the lowest; z over a wide range and the infinities and NaN.
+template <Format F>
+void NoisyKeyReachesCases(std::mt19937_64& rng, int64_t* bad, int64_t* skipped,
+                          int64_t* reached) {
+  using Policy = GumbelKeyPolicy<F>;
+  using Noise = typename Policy::Noise;
+  using Key = typename Policy::Key;
+  typename Policy::Row r{};
+  r.k0 = static_cast<uint32_t>(rng());
+  r.k1 = static_cast<uint32_t>(rng());
+  r.counter_row = rng() % 4096;
+  r.col_offset = rng() % 2 == 0 ? 0 : static_cast<uint32_t>(rng() % 100000);
+  std::uniform_real_distribution<double> zs(-40.0, 40.0), near(-4.0, 4.0);
+  const Noise specials[] = {static_cast<Noise>(INFINITY), -static_cast<Noise>(INFINITY),
+                            static_cast<Noise>(NAN), static_cast<Noise>(0)};
+  for (int i = 0; i < 20000; ++i) {
+    const Noise z = i < 4 ? specials[i] : static_cast<Noise>(zs(rng));
+    const int64_t col = static_cast<int64_t>(rng() % 202048);
+    const Key truth = NoisyKey<F>(r, z, col);
+    const Key other = NoisyKey<F>(r, static_cast<Noise>(z + near(rng)),
+                                  static_cast<int64_t>(rng() % 202048));
+    Key floors[5] = {truth, truth, truth, other, KeyLimits<Key>::kLowest};
+    if (truth < std::numeric_limits<Key>::max()) floors[1] = truth + 1;
+    if (truth > std::numeric_limits<Key>::lowest()) floors[2] = truth - 1;
+    for (const Key floor : floors) {
+      Key key = 0;
+      if (NoisyKeyReaches<F>(r, z, col, floor, key)) {
+        ++*reached;
+        *bad += key != truth;
+      } else {
+        ++*skipped;
+        *bad += !(truth < floor);
+      }
+    }
+  }
+}
+
+void TestNoisyKeyReaches() {
+  std::mt19937_64 rng(42);
+  int64_t bad = 0, skipped = 0, reached = 0;
+  for (int rep = 0; rep < 8; ++rep) {
+    NoisyKeyReachesCases<Format::kF32>(rng, &bad, &skipped, &reached);
+    NoisyKeyReachesCases<Format::kBF16>(rng, &bad, &skipped, &reached);
+    NoisyKeyReachesCases<Format::kF64>(rng, &bad, &skipped, &reached);
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%" PRId64 " skipped, %" PRId64 " reached, %" PRId64 " wrong",
+                skipped, reached, bad);
+  Check(bad == 0 && skipped > 0 && reached > 0,
+        "draw skip: NoisyKeyReaches == NoisyKey where it reaches, below the floor where not", buf);
+}
+
 int main(int argc, char** argv) {
   bool exhaustive = false, print_pins = false;
   for (int i = 1; i < argc; ++i) {
@@ -737,6 +796,7 @@ int main(int argc, char** argv) {
   TestNoiseF32(exhaustive);
   TestNoiseF64(exhaustive);
   TestDistribution();
+  TestNoisyKeyReaches();
   if (g_failures == 0) {
     std::printf("gumbel_test: PASS\n");
     return 0;

@@ -23,8 +23,9 @@
 //   (no --use_fast_math, no -ftz=true: the shared headers need IEEE mode)
 // Run: sample_check [--quick] [--split]  (--split: the split vocabulary's cases alone, e.g.
 //      for racecheck, which runs the rest far slower)
-//      sample_check --time (no checks: the median of 30 launches, by CUDA events, of the spread
-//      path on the benchmark shapes; for comparing builds of the kernels on one GPU)
+//      sample_check --time [--scale S] (no checks: the median of 30 launches, by CUDA events,
+//      of the spread path on the benchmark shapes, rows normal x S (3); for comparing builds of
+//      the kernels on one GPU)
 //      sample_check --probe (the 256x202048 float32 launches of --time, twice, for ncu)
 // Prints one line per case and "sample_check: N cases, M mismatches"; exit 1 on a mismatch, 2 on
 // a CUDA error.
@@ -625,10 +626,11 @@ void CheckMinPFloor(std::mt19937_64& rng, int count) {
 }
 
 // --time: the median time (CUDA events) of 30 launches of the spread path on the benchmark
-// shapes: normal rows times 3 (the example's logits), T = 0.8, top-p 0.9 or min-p 0.05 alone.
+// shapes: normal rows times 3 (the example's logits; `--scale S`: times S, e.g. 1 for
+// bench.py's isolated inputs), T = 0.8, top-p 0.9 or min-p 0.05 alone.
 // --probe: the same launches at 256x202048 float32, each twice and untimed (for a profiler:
 // ncu -k regex:Spread).
-int Time(bool probe) {
+int Time(bool probe, float scale) {
   std::mt19937_64 rng(7);
   std::vector<std::array<int64_t, 2>> shapes = {{1, 202048}, {8, 202048}, {64, 128256},
                                                 {256, 202048}};
@@ -642,7 +644,7 @@ int Time(bool probe) {
       const int64_t rows = shape[0], cols = shape[1], n = rows * cols;
       const int width = FormatBytes(f);
       std::vector<uint8_t> x(n * width);
-      std::normal_distribution<float> normal(0.0f, 3.0f);
+      std::normal_distribution<float> normal(0.0f, scale);
       for (int64_t i = 0; i < n; ++i) {
         const uint64_t bits = Encode(f, normal(rng));
         std::memcpy(&x[i * width], &bits, width);
@@ -685,9 +687,9 @@ int Time(bool probe) {
         }
         const double us = MedianMicros([&] { return LaunchFilteredSample(launch); });
         const char* names[] = {"p0.9", "minp0.05", "minp0.05 has_top_p"};
-        std::printf("time format %d %lldx%lld %s: %.2f us\n", static_cast<int>(f),
+        std::printf("time format %d %lldx%lld %s scale %g: %.2f us\n", static_cast<int>(f),
                     static_cast<long long>(rows), static_cast<long long>(cols), names[filter],
-                    us);
+                    scale, us);
       }
       for (void* ptr : {static_cast<void*>(d_x), static_cast<void*>(d_keys),
                         static_cast<void*>(d_t), static_cast<void*>(d_k),
@@ -708,12 +710,16 @@ int main(int argc, char** argv) {
   // sanitizers run kernels far slower) still shows the cases it passed.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   bool quick = false, split_only = false;
+  int time = 0;  // 1: --time, 2: --probe
+  float scale = 3.0f;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--split") == 0) split_only = true;
-    if (std::strcmp(argv[i], "--time") == 0) return Time(false);
-    if (std::strcmp(argv[i], "--probe") == 0) return Time(true);
+    if (std::strcmp(argv[i], "--time") == 0) time = 1;
+    if (std::strcmp(argv[i], "--probe") == 0) time = 2;
+    if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::strtof(argv[++i], nullptr);
   }
+  if (time != 0) return Time(time == 2, scale);
   std::mt19937_64 rng(20240917);
   if (!split_only) CheckMinPFloor(rng, quick ? 256 : 20000);
   // (rows, cols, parameter sets per format).
