@@ -203,28 +203,16 @@ JAX_ARGREDUCE_HD int64_t TiesKept(uint64_t before, uint64_t mass, int64_t ties, 
   return lo;
 }
 
-// The sampler's noisy key of column `col` (this call's) of a row: the key of
-// y = fl(z + G(key, row, global column)), the value the unfiltered sampler's scan compares
-// (categorical.h, Visit), so a row without filters samples what categorical samples.
-template <Format F>
-JAX_ARGREDUCE_HD typename GumbelKeyPolicy<F>::Key NoisyKey(
-    const typename GumbelKeyPolicy<F>::Row& r, typename GumbelKeyPolicy<F>::Noise z,
-    int64_t col) {
-  using Row = typename GumbelKeyPolicy<F>::Row;
-  const uint32_t c = r.col_offset + static_cast<uint32_t>(col);
-  if constexpr (F == Format::kF64) {
-    return Row::KeyOf(gumbel_detail::Add(z, GumbelNoiseF64(r.k0, r.k1, r.counter_row, c)));
-  } else {
-    return Row::KeyOf(gumbel_detail::Add(z, GumbelNoiseF32(r.k0, r.k1, r.counter_row, c)));
-  }
-}
-
-// NoisyKey(r, z, col) into `key` where it could reach `floor` (the key of a pair already in the
-// draw); false, with no log, where it cannot. gumbel.h's bound G <= GumbelUpperBound* of the
-// noise bits and rounding's monotonicity give key(fl(z + G)) <= key(fl(z + bound)), so a token
-// whose bound key is below `floor` draws a key below it: it neither wins nor ties the draw
-// (categorical.h skips the same way). Float32 noise is bounded by its high half, so the low
-// stream's generator runs only past the bound, as the log does.
+// The sampler's noisy key of column `col` (this call's) of a row into `key`, the key of
+// y = fl(z + G(key, row, global column)), where it could reach `floor`; false, with no log, where
+// it cannot. A draw's `floor` is the key of a pair that enters the same reduction as this token
+// (the lane's best so far, or another lane's of the same row): gumbel.h's bound G <=
+// GumbelUpperBound* of the noise bits and rounding's monotonicity give key(fl(z + G)) <=
+// key(fl(z + bound)), so a token whose bound key is below `floor` draws a key below it and
+// neither wins nor ties. Strictly below: the floor's pair may have a higher column, which a tie
+// of keys would lose (categorical.h's scan skips on equal keys too, its best having the lower
+// column). Float32 noise is bounded by its high half, so the low stream's generator runs only
+// past the bound, as the logs do.
 template <Format F>
 JAX_ARGREDUCE_HD bool NoisyKeyReaches(const typename GumbelKeyPolicy<F>::Row& r,
                                       typename GumbelKeyPolicy<F>::Noise z, int64_t col,
@@ -234,16 +222,30 @@ JAX_ARGREDUCE_HD bool NoisyKeyReaches(const typename GumbelKeyPolicy<F>::Row& r,
   using gumbel_detail::Add;
   const uint32_t c = r.col_offset + static_cast<uint32_t>(col);
   if constexpr (F == Format::kF64) {
-    const uint64_t bits = GumbelBitsF64(GumbelBitsPairF64(r.k0, r.k1, r.counter_row, c >> 1), c & 1u);
+    const uint64_t bits =
+        GumbelBitsF64(GumbelBitsPairF64(r.k0, r.k1, r.counter_row, c >> 1), c & 1u);
     if (Row::KeyOf(Add(z, GumbelUpperBoundF64(bits))) < floor) return false;
     key = Row::KeyOf(Add(z, GumbelFromBitsF64(bits)));
   } else {
-    const uint32_t high = GumbelHalf(GumbelBitsHighF32(r.k0, r.k1, r.counter_row, c >> 3), c & 7u);
+    const uint32_t high =
+        GumbelHalf(GumbelBitsHighF32(r.k0, r.k1, r.counter_row, c >> 3), c & 7u);
     if (Row::KeyOf(Add(z, GumbelUpperBoundHighF32(high))) < floor) return false;
     const uint32_t low = GumbelHalf(GumbelBitsLowF32(r.k0, r.k1, r.counter_row, c >> 3), c & 7u);
     key = Row::KeyOf(Add(z, GumbelFromBitsF32(GumbelJoinF32(high, low))));
   }
   return true;
+}
+
+// The noisy key with no floor: the value the unfiltered sampler's scan compares (categorical.h,
+// Visit), so a row without filters samples what categorical samples.
+template <Format F>
+JAX_ARGREDUCE_HD typename GumbelKeyPolicy<F>::Key NoisyKey(
+    const typename GumbelKeyPolicy<F>::Row& r, typename GumbelKeyPolicy<F>::Noise z,
+    int64_t col) {
+  using Key = typename GumbelKeyPolicy<F>::Key;
+  Key key = KeyLimits<Key>::kLowest;
+  NoisyKeyReaches<F>(r, z, col, KeyLimits<Key>::kLowest, key);  // no key is below kLowest
+  return key;
 }
 
 }  // namespace jax_argreduce

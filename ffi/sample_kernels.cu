@@ -806,10 +806,10 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
       }
       bar = Bar{key, col};
     }
-    const float floor = f.HasMinP() ? state.min_p_floor : -INFINITY;
+    const float d_floor = f.HasMinP() ? state.min_p_floor : -INFINITY;
     const auto kept = [&](Noise z, int64_t c) {
       return !After(bar, Sampler::SortKey(z), c) &&
-             (!f.HasMinP() || MassExponent(z, z_max) >= floor);
+             (!f.HasMinP() || MassExponent(z, z_max) >= d_floor);
     };
     // The noise's bound first (NoisyKeyReaches) against the best key of the warp's lanes as of
     // their last step (`reach`, any column: a key below it cannot win or tie) or the lane's own.

@@ -703,12 +703,11 @@ void TestDistribution() {
         buf);
 }
 
-}  // namespace
-
-// NoisyKeyReaches(r, z, col, floor) against NoisyKey(r, z, col): where it reaches, the same key;
+// NoisyKeyReaches(r, z, col, floor) against the noisy key: where it reaches, the same key;
 // where it skips, a key below the floor (so the skipped token neither wins nor ties). Floors at
 // the key itself and one step either side of it (the strict comparison), another token's key,
-// the lowest; z over a wide range and the infinities and NaN.
+// the lowest, at the key of z plus the bound and one above it; z over a wide range and the
+// infinities and NaN; counter rows of one and two words.
 template <Format F>
 void NoisyKeyReachesCases(std::mt19937_64& rng, int64_t* bad, int64_t* skipped,
                           int64_t* reached) {
@@ -718,20 +717,45 @@ void NoisyKeyReachesCases(std::mt19937_64& rng, int64_t* bad, int64_t* skipped,
   typename Policy::Row r{};
   r.k0 = static_cast<uint32_t>(rng());
   r.k1 = static_cast<uint32_t>(rng());
-  r.counter_row = rng() % 4096;
+  r.counter_row = rng() % 2 == 0 ? rng() % 4096 : rng();  // the counter's high word too
   r.col_offset = rng() % 2 == 0 ? 0 : static_cast<uint32_t>(rng() % 100000);
   std::uniform_real_distribution<double> zs(-40.0, 40.0), near(-4.0, 4.0);
+  // The noisy key from the noise's own functions (sample_filter.h's NoisyKey is
+  // NoisyKeyReaches with no floor, so it is no reference).
+  const auto key_of = [&](Noise z, int64_t col) {
+    const uint32_t c = r.col_offset + static_cast<uint32_t>(col);
+    if constexpr (F == Format::kF64) {
+      return Policy::Row::KeyOf(
+          gumbel_detail::Add(z, GumbelNoiseF64(r.k0, r.k1, r.counter_row, c)));
+    } else {
+      return Policy::Row::KeyOf(
+          gumbel_detail::Add(z, GumbelNoiseF32(r.k0, r.k1, r.counter_row, c)));
+    }
+  };
   const Noise specials[] = {static_cast<Noise>(INFINITY), -static_cast<Noise>(INFINITY),
                             static_cast<Noise>(NAN), static_cast<Noise>(0)};
   for (int i = 0; i < 20000; ++i) {
     const Noise z = i < 4 ? specials[i] : static_cast<Noise>(zs(rng));
     const int64_t col = static_cast<int64_t>(rng() % 202048);
-    const Key truth = NoisyKey<F>(r, z, col);
-    const Key other = NoisyKey<F>(r, static_cast<Noise>(z + near(rng)),
-                                  static_cast<int64_t>(rng() % 202048));
-    Key floors[5] = {truth, truth, truth, other, KeyLimits<Key>::kLowest};
+    const Key truth = key_of(z, col);
+    const Key other = key_of(static_cast<Noise>(z + near(rng)),
+                             static_cast<int64_t>(rng() % 202048));
+    // The key of z plus the noise's bound, as the skip computes it: the floors at it and one
+    // above (where the skip starts) test the strict comparison for finite z as well.
+    const uint32_t c = r.col_offset + static_cast<uint32_t>(col);
+    Noise bound;
+    if constexpr (F == Format::kF64) {
+      bound = GumbelUpperBoundF64(GumbelBitsF64(GumbelBitsPairF64(r.k0, r.k1, r.counter_row,
+                                                                  c >> 1), c & 1u));
+    } else {
+      bound = GumbelUpperBoundHighF32(
+          GumbelHalf(GumbelBitsHighF32(r.k0, r.k1, r.counter_row, c >> 3), c & 7u));
+    }
+    const Key bound_key = Policy::Row::KeyOf(gumbel_detail::Add(z, bound));
+    Key floors[7] = {truth, truth, truth, other, KeyLimits<Key>::kLowest, bound_key, bound_key};
     if (truth < std::numeric_limits<Key>::max()) floors[1] = truth + 1;
     if (truth > std::numeric_limits<Key>::lowest()) floors[2] = truth - 1;
+    if (bound_key < std::numeric_limits<Key>::max()) floors[6] = bound_key + 1;
     for (const Key floor : floors) {
       Key key = 0;
       if (NoisyKeyReaches<F>(r, z, col, floor, key)) {
@@ -750,15 +774,18 @@ void TestNoisyKeyReaches() {
   int64_t bad = 0, skipped = 0, reached = 0;
   for (int rep = 0; rep < 8; ++rep) {
     NoisyKeyReachesCases<Format::kF32>(rng, &bad, &skipped, &reached);
-    NoisyKeyReachesCases<Format::kBF16>(rng, &bad, &skipped, &reached);
+    NoisyKeyReachesCases<Format::kF16>(rng, &bad, &skipped, &reached);  // float32 noise
     NoisyKeyReachesCases<Format::kF64>(rng, &bad, &skipped, &reached);
   }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%" PRId64 " skipped, %" PRId64 " reached, %" PRId64 " wrong",
                 skipped, reached, bad);
   Check(bad == 0 && skipped > 0 && reached > 0,
-        "draw skip: NoisyKeyReaches == NoisyKey where it reaches, below the floor where not", buf);
+        "draw skip: NoisyKeyReaches == the noisy key where it reaches, below the floor where not",
+        buf);
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   bool exhaustive = false, print_pins = false;

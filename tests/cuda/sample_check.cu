@@ -710,16 +710,23 @@ int main(int argc, char** argv) {
   // sanitizers run kernels far slower) still shows the cases it passed.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   bool quick = false, split_only = false;
-  int time = 0;  // 1: --time, 2: --probe
+  int mode = 0;  // 1: --time, 2: --probe
   float scale = 3.0f;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--split") == 0) split_only = true;
-    if (std::strcmp(argv[i], "--time") == 0) time = 1;
-    if (std::strcmp(argv[i], "--probe") == 0) time = 2;
-    if (std::strcmp(argv[i], "--scale") == 0 && i + 1 < argc) scale = std::strtof(argv[++i], nullptr);
+    if (std::strcmp(argv[i], "--time") == 0) mode = 1;
+    if (std::strcmp(argv[i], "--probe") == 0) mode = 2;
+    if (std::strcmp(argv[i], "--scale") == 0) {
+      char* end = nullptr;
+      scale = i + 1 < argc ? std::strtof(argv[++i], &end) : 0.0f;
+      if (end == nullptr || *end != '\0' || !(scale > 0.0f) || !std::isfinite(scale)) {
+        std::fprintf(stderr, "--scale takes a finite number > 0\n");
+        return 2;
+      }
+    }
   }
-  if (time != 0) return Time(time == 2, scale);
+  if (mode != 0) return Time(mode == 2, scale);
   std::mt19937_64 rng(20240917);
   if (!split_only) CheckMinPFloor(rng, quick ? 256 : 20000);
   // (rows, cols, parameter sets per format).
