@@ -1,4 +1,4 @@
-"""jax_argreduce in a few lines: a greedy pick, sampling, and a sharded vocabulary.
+"""jax_argreduce in a few lines: a greedy pick, sampling (with filters), and a sharded vocabulary.
 
     python examples/quickstart.py
 
@@ -42,6 +42,15 @@ def sample(keys, logits, step):
 sampled = sample(keys, logits, 0)
 assert sampled[0] == greedy[0]
 print("sampled ", sampled, "(step 0);", sample(keys, logits, 1), "(step 1)")
+
+# Filters as serving engines pass them, per sequence: the 50 most likely tokens, then their
+# smallest prefix holding 90% of the mass (min_p works alike). Every sample is among the 50.
+top_k = jnp.array([1, 5, 50, 50, 50, 50, 50, 50])
+filtered = jax.jit(lambda k, l: jax_argreduce.categorical(
+    k, l, temperature=0.8, top_k=top_k, top_p=0.9))(keys, logits)
+top50 = np.argsort(-np.asarray(logits, np.float32), axis=-1, kind="stable")[:, :50]
+assert all(int(s) in top50[r, :int(top_k[r])] for r, s in enumerate(np.asarray(filtered)))
+print("filtered", filtered, "(top_k 1/5/50, top_p 0.9)")
 
 # The vocabulary split over 4 devices: each reduces its shard to (value, global index) pairs,
 # exchanged once; the logits are never gathered. Same tokens, same samples as unsharded.

@@ -438,13 +438,14 @@ def categorical(key, logits, axis: int = -1, *, temperature=None, top_k=None, to
     ValueError: an empty category axis, or one longer than the index dtype can hold; a key
       of another shape (raw key data of another width); a negative or NaN concrete
       temperature; a temperature or filter of another shape; a concrete filter out of range
-      (the message names it).
-    NotImplementedError: filters with ``axis_name`` (a vocabulary split inside shard_map).
-    ValueError also: ``top_k_bound`` not an int >= 1, given without ``top_k``, or a concrete
-      ``top_k`` outside [1, top_k_bound].
-    IndexError: ``axis`` out of range.
+      (the message names it); ``top_k_bound`` not an int >= 1, given without ``top_k``, or a
+      concrete ``top_k`` outside [1, top_k_bound]. Traced values are not checked (see the
+      filters above: a traced ``top_k`` of 0 with ``top_k_bound`` keeps one token).
     TypeError: ``key`` is not a key array, complex logits, a temperature that is not real
-      (bool, complex, str).
+      (bool, complex, str); a ``top_k`` that is not an integer (bool and float included), a
+      ``top_p`` or ``min_p`` that is not real.
+    IndexError: ``axis`` out of range.
+    NotImplementedError: filters with ``axis_name`` (a vocabulary split inside shard_map).
 
   Sharded logits (README, "Use"): the call is split where the logits are (explicit mesh axes),
   with no gather: split rows sample locally (one key: the global row is the counter; per-row keys

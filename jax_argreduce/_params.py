@@ -95,7 +95,9 @@ def check(param: RowParam, value, op: str):
   if isinstance(value, jax.Array):
     return value
   if param.integer:  # past int32 keeps every token, as k = cols does (and a jit argument of
-    return np.minimum(host, INT32_MAX).astype(np.int32)  # int64 would wrap without x64)
+    if host.dtype.itemsize < 4:  # int64 would wrap without x64); 8/16-bit: nothing to clip
+      return host.astype(np.int32)  # (and np.minimum refuses INT32_MAX with their dtype)
+    return np.minimum(host, INT32_MAX).astype(np.int32)
   if jnp.issubdtype(host.dtype, jnp.integer):
     return v
   return host

@@ -268,6 +268,17 @@ def test_top_k_past_int64_keeps_every_token():
     jax_argreduce.categorical(keys, x, top_k=-2 ** 70)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.int64])
+def test_top_k_of_any_numpy_integer_dtype(dtype):
+  # 8/16-bit numpy values were refused by the clip to int32's range (np.minimum with INT32_MAX).
+  x = _rows(12, rows=8, cols=50)
+  keys = jax.random.split(jax.random.key(12), 8)
+  want = np.asarray(jax_argreduce.categorical(keys, x, top_k=3))
+  for top_k in (dtype(3), np.full((8,), 3, dtype)):
+    np.testing.assert_array_equal(
+        np.asarray(jax_argreduce.categorical(keys, x, top_k=top_k)), want)
+
+
 def test_top_k_bound_under_vmap_and_per_row_keys():
   x = _rows(11, rows=8, cols=200)
   keys = jax.random.split(jax.random.key(11), 8)

@@ -22,5 +22,6 @@ def test_quickstart_runs(tmp_path):
                         capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   lines = proc.stdout.splitlines()
-  assert [line.split()[0] for line in lines] == ["greedy", "sampled", "sharded"], proc.stdout
+  assert [line.split()[0] for line in lines] == ["greedy", "sampled", "filtered", "sharded"], \
+      proc.stdout
   assert "(vocab split over 4 devices)" in lines[-1]
