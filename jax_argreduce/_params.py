@@ -94,9 +94,12 @@ def check(param: RowParam, value, op: str):
                      f"{host if host.size <= 8 else 'an array with values out of range'}")
   if isinstance(value, jax.Array):
     return value
-  if param.integer:  # past int32 keeps every token, as k = cols does (and a jit argument of
-    if host.dtype.itemsize < 4:  # int64 would wrap without x64); 8/16-bit: nothing to clip
-      return host.astype(np.int32)  # (and np.minimum refuses INT32_MAX with their dtype)
+  if param.integer:
+    # As int32 (a jit argument of int64 would wrap without x64), clipped: past int32 keeps every
+    # token, as k = cols does. 8/16-bit values need no clip (np.minimum refuses INT32_MAX in
+    # their dtype).
+    if host.dtype.itemsize < 4:
+      return host.astype(np.int32)
     return np.minimum(host, INT32_MAX).astype(np.int32)
   if jnp.issubdtype(host.dtype, jnp.integer):
     return v
