@@ -114,6 +114,19 @@ __device__ __forceinline__ T WarpReduce(T v, Op op) {
   return v;
 }
 
+// The largest v of the warp's 32 lanes, in every lane (all 32 call it). 32-bit integers take
+// one redux instruction on sm_80 and later (`__reduce_max_sync`) instead of WarpReduce's five
+// shuffles and five compares; other types and older targets take WarpReduce.
+template <class T>
+__device__ __forceinline__ T WarpMax(T v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, int32_t> || std::is_same_v<T, uint32_t>) {
+    return __reduce_max_sync(0xFFFFFFFFu, v);
+  }
+#endif
+  return WarpReduce<kWarpSize>(v, [](T a, T b) { return a > b ? a : b; });
+}
+
 // Merges over a block of kThreads (every thread calls it); the result is valid in thread 0.
 // `identity` (op(identity, x) == x) stands for the missing warps in the last step, which
 // merges over a whole warp. Ends with a barrier, so the shared scratch can be reused by the

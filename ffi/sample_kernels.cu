@@ -821,7 +821,7 @@ __global__ void __launch_bounds__(kThreads, 2) SpreadDrawKernel(SpreadParams sp)
       }
     };
     const auto share = [&] {
-      reach = device::WarpReduce<32>(best.key, [](Key a, Key b) { return a > b ? a : b; });
+      reach = device::WarpMax(best.key);
     };
     if (f.HasTopP()) {
       // The kept tokens' noise only: top-p keeps a part of the row, often under half, so each
