@@ -13,9 +13,10 @@
 // T in {0, 0.8, 1, 1e-30}; one key or one per row; offsets or none; int32 or int64 indices.
 // Every case runs again without top-k (k_bound -1: the spread path, its workspace poisoned),
 // and then with min-p alone (has_top_p false: the spread path without top-p's levels). First,
-// min-p's floor as the spread path searches it (one warp) against the CPU handler's; last, a
-// vocabulary split into equal shards without a top-k (RunSplit: the stages' kernels against
-// LevelRow and SplitDrawRow, shard by shard, and the combined sample against SampleRow).
+// min-p's floor as the spread path searches it (one warp) against the CPU handler's, and
+// device::WarpMax against the host's maximum; last, a vocabulary split into equal shards
+// without a top-k (RunSplit: the stages' kernels against LevelRow and SplitDrawRow, shard by
+// shard, and the combined sample against SampleRow).
 //
 // Build (repository root):
 //   nvcc -std=c++17 -arch=sm_90 -O2 -I ffi -I tests/cuda tests/cuda/sample_check.cu \
@@ -38,12 +39,14 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cpu_sample.h"
+#include "device.cuh"
 #include "launch_plan.h"
 #include "sample_kernels.h"
 
@@ -625,6 +628,52 @@ void CheckMinPFloor(std::mt19937_64& rng, int count) {
   CHECK(cudaFree(d_floor));
 }
 
+template <class T>
+__global__ void WarpMaxKernel(const T* v, T* out) {  // whole warps: every lane calls WarpMax
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = device::WarpMax(v[i]);
+}
+
+// device::WarpMax (the spread draw's best key of a warp: one redux instruction for 32-bit
+// integers on sm_80 and later, shuffles otherwise) against the host's maximum of each warp's
+// 32 values, in every lane: random bits mixed with each type's extremes and the values either
+// side of 0, 2^31 and 2^32 (a signed/unsigned mix-up or a 64-bit key cut to 32 bits fails).
+template <class T>
+void CheckWarpMax(std::mt19937_64& rng, int warps, const char* name) {
+  constexpr T kLowest = std::numeric_limits<T>::lowest(), kMax = std::numeric_limits<T>::max();
+  std::vector<T> edges = {kLowest, static_cast<T>(kLowest + 1), static_cast<T>(-1), 0, 1,
+                          static_cast<T>(kMax - 1), kMax};
+  if constexpr (sizeof(T) == 8) {
+    for (const int64_t e : {int64_t{1} << 31, (int64_t{1} << 32) - 1, int64_t{1} << 32,
+                            -(int64_t{1} << 31) - 1, -(int64_t{1} << 32)}) {
+      edges.push_back(static_cast<T>(e));
+    }
+  }
+  const int n = warps * 32;
+  std::vector<T> v(n);
+  for (int i = 0; i < n; ++i) {
+    v[i] = rng() % 4 == 0 ? edges[rng() % edges.size()] : static_cast<T>(rng());
+  }
+  T* d_v = ToDevice(v);
+  T* d_out = nullptr;
+  CHECK(cudaMalloc(&d_out, n * sizeof(T)));
+  WarpMaxKernel<T><<<warps, 32>>>(d_v, d_out);
+  CHECK(cudaGetLastError());
+  std::vector<T> got(n);
+  CHECK(cudaMemcpy(got.data(), d_out, n * sizeof(T), cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int w = 0; w < warps; ++w) {
+    const T want = *std::max_element(v.begin() + w * 32, v.begin() + (w + 1) * 32);
+    for (int lane = 0; lane < 32; ++lane) bad += got[w * 32 + lane] != want;
+  }
+  ++cases_run;
+  mismatches += bad > 0;
+  std::printf("%s WarpMax %s: %d warps%s\n", bad ? "MISMATCH" : "ok", name, warps,
+              bad ? (", bad lanes: " + std::to_string(bad)).c_str() : "");
+  CHECK(cudaFree(d_v));
+  CHECK(cudaFree(d_out));
+}
+
 // --time: the median time (CUDA events) of 30 launches of the spread path on the benchmark
 // shapes: normal rows times 3 (the example's logits; `--scale S`: times S, e.g. 1 for
 // bench.py's isolated inputs), T = 0.8, top-p 0.9 or min-p 0.05 alone.
@@ -728,7 +777,13 @@ int main(int argc, char** argv) {
   }
   if (mode != 0) return Time(mode == 2, scale);
   std::mt19937_64 rng(20240917);
-  if (!split_only) CheckMinPFloor(rng, quick ? 256 : 20000);
+  if (!split_only) {
+    CheckMinPFloor(rng, quick ? 256 : 20000);
+    const int warps = quick ? 64 : 4096;
+    CheckWarpMax<int32_t>(rng, warps, "int32");
+    CheckWarpMax<uint32_t>(rng, warps, "uint32");
+    CheckWarpMax<int64_t>(rng, warps, "int64");
+  }
   // (rows, cols, parameter sets per format).
   struct Shape {
     int64_t rows, cols;
