@@ -122,9 +122,11 @@ __device__ __forceinline__ T WarpMax(T v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (std::is_same_v<T, int32_t> || std::is_same_v<T, uint32_t>) {
     return __reduce_max_sync(0xFFFFFFFFu, v);
-  }
+  } else
 #endif
-  return WarpReduce<kWarpSize>(v, [](T a, T b) { return a > b ? a : b; });
+  {
+    return WarpReduce<kWarpSize>(v, [](T a, T b) { return a > b ? a : b; });
+  }
 }
 
 // Merges over a block of kThreads (every thread calls it); the result is valid in thread 0.
