@@ -48,6 +48,8 @@ struct SampleScratch {
   std::vector<uint64_t> buckets;  // top-p's masses per radix bucket
   std::vector<uint64_t> masked;   // a row with its dropped tokens at -inf (as Bits)
   std::vector<uint32_t> counts;   // 16-bit rows: tokens per logit value (TopPBar)
+  std::vector<int64_t> above;     // top-p: the columns above the crossing bucket (TopPBar)...
+  bool above_listed = false;      // ...all of them (false: more than TopPBar lists)
 };
 
 template <Format F>
@@ -318,10 +320,34 @@ struct FilteredSamplerCpu {
     SelectItem bar{0, cols};  // no top-p: the order's last place, every token kept
     if (f.HasTopP()) bar = TopPBar(x, cols, r, f.p, z_max, scratch);
 
-    // The draw: the unfiltered scan over the row with its dropped tokens set to -inf, whose
-    // y = -inf never wins while a kept token (finite z: z_max > -inf) remains, and whose
-    // bounds skip the noise of tokens that cannot win.
     const float d_floor = f.HasMinP() ? MinPFloor(f.min_p) : -INFINITY;
+    if (f.HasTopP() && scratch.above_listed) {
+      // Few kept tokens (a peaked row): the draw over their list (TopPBar's columns above the
+      // crossing bucket, then the bucket's tokens down to the bar), as the top-k path draws its
+      // candidates, instead of a pass over the whole row. The noise's bound first: a token
+      // whose bound is below the best key cannot win or tie.
+      std::optional<Pair> best;
+      const auto visit = [&](int64_t c) {
+        const Noise z = r.Scaled(x[c]);
+        if (!(MassExponent(z, z_max) >= d_floor)) return;
+        Key key;
+        if (!best.has_value()) {
+          best = Draw(x, r, c);
+        } else if (NoisyKeyReaches<F>(r, z, c, best->key, key) &&
+                   (key > best->key || (key == best->key && c < best->index))) {
+          best = Pair{key, static_cast<int32_t>(c)};
+        }
+      };
+      for (const int64_t c : scratch.above) visit(c);
+      for (const SelectItem& item : scratch.items) {
+        if (bar > item) break;  // the items are in the order, the bar among them
+        visit(item.col);
+      }
+      return best.has_value() ? *best : Draw(x, r, top_col);
+    }
+    // Otherwise the draw is the unfiltered scan over the row with its dropped tokens set to
+    // -inf, whose y = -inf never wins while a kept token (finite z: z_max > -inf) remains, and
+    // whose bounds skip the noise of tokens that cannot win.
     const std::optional<Pair> best = DrawKept(x, cols, r, scratch, [&](int64_t c, Noise z) {
       return !(bar > SelectItem{SortKey(z), c}) && MassExponent(z, z_max) >= d_floor;
     });
@@ -414,15 +440,37 @@ struct FilteredSamplerCpu {
     uint64_t before = 0;
     const int64_t b = CrossingDigit(buckets.data(), static_cast<int64_t>(buckets.size()), p,
                                     total, before);
+    // The same pass lists the columns above the bucket (every one of them kept) while they are
+    // few: past an eighth of the row, the draw's pass over the row costs less than their noise.
+    // The listing is branch-free (a store per token, the count advanced by the test), and runs
+    // only where the row's first sixteenth has few such tokens: on a flat row the test is a
+    // coin flip, and a branch on it or the stores cost more than the list saves (NOTES try 96).
     auto& items = scratch.items;
+    auto& above = scratch.above;
     items.clear();
+    const int64_t above_max = cols / 8;
+    const int64_t probe = std::max<int64_t>(cols / 16, 1);
+    int64_t probe_above = 0;
+    for (int64_t c = 0; c < probe; ++c) {
+      probe_above += static_cast<int64_t>(SortKey(r.Scaled(x[c])) >> kShift) > b;
+    }
+    const bool list = probe_above * cols <= above_max / 2 * probe;  // the row's estimate
+    above.resize(list ? static_cast<size_t>(above_max) + 1 : 0);  // last slot: stores past it
+    int64_t listed = 0, count = 0;
     for (int64_t c = 0; c < cols; ++c) {
       const Noise z = r.Scaled(x[c]);
       const uint64_t key = SortKey(z);
-      if (static_cast<int64_t>(key >> kShift) == b && FixedMass(z, z_max) > 0) {
-        items.push_back(SelectItem{key, c});
+      const int64_t bucket = static_cast<int64_t>(key >> kShift);
+      if (bucket == b && FixedMass(z, z_max) > 0) items.push_back(SelectItem{key, c});
+      if (list) {  // the same way for every token of the row: predicted
+        const int64_t is_above = bucket > b;
+        above[static_cast<size_t>(listed)] = c;
+        count += is_above;
+        listed = std::min(listed + is_above, above_max);
       }
     }
+    scratch.above_listed = list && count <= above_max;
+    above.resize(static_cast<size_t>(listed));
     std::sort(items.begin(), items.end(),
               [](const SelectItem& a, const SelectItem& o) { return a > o; });
     // The bucket's first token is kept (its mass before is `before`, below p of the total).
