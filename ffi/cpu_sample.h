@@ -48,8 +48,8 @@ struct SampleScratch {
   std::vector<uint64_t> buckets;  // top-p's masses per radix bucket
   std::vector<uint64_t> masked;   // a row with its dropped tokens at -inf (as Bits)
   std::vector<uint32_t> counts;   // 16-bit rows: tokens per logit value (TopPBar)
-  std::vector<int64_t> above;     // top-p: the columns above the crossing bucket (TopPBar)...
-  bool above_listed = false;      // ...all of them (false: more than TopPBar lists)
+  std::vector<int64_t> above;     // kept columns: top-p's above its crossing bucket (TopPBar:
+  bool above_listed = false;      // all of them where true), or min-p's (ListMinP)
 };
 
 template <Format F>
@@ -321,28 +321,25 @@ struct FilteredSamplerCpu {
     if (f.HasTopP()) bar = TopPBar(x, cols, r, f.p, z_max, scratch);
 
     const float d_floor = f.HasMinP() ? MinPFloor(f.min_p) : -INFINITY;
+    const auto in_min_p = [&](Noise z) { return MassExponent(z, z_max) >= d_floor; };
+    // Few kept tokens (a peaked row): the draw over their list instead of a pass over the row.
     if (f.HasTopP() && scratch.above_listed) {
-      // Few kept tokens (a peaked row): the draw over their list (TopPBar's columns above the
-      // crossing bucket, then the bucket's tokens down to the bar), as the top-k path draws its
-      // candidates, instead of a pass over the whole row. The noise's bound first: a token
-      // whose bound is below the best key cannot win or tie.
-      std::optional<Pair> best;
-      const auto visit = [&](int64_t c) {
-        const Noise z = r.Scaled(x[c]);
-        if (!(MassExponent(z, z_max) >= d_floor)) return;
-        Key key;
-        if (!best.has_value()) {
-          best = Draw(x, r, c);
-        } else if (NoisyKeyReaches<F>(r, z, c, best->key, key) &&
-                   (key > best->key || (key == best->key && c < best->index))) {
-          best = Pair{key, static_cast<int32_t>(c)};
+      // TopPBar's columns above the crossing bucket, then the bucket's tokens down to the bar.
+      const std::optional<Pair> best = DrawListed(x, r, [&](const auto& visit) {
+        for (const int64_t c : scratch.above) {
+          if (in_min_p(r.Scaled(x[c]))) visit(c);
         }
-      };
-      for (const int64_t c : scratch.above) visit(c);
-      for (const SelectItem& item : scratch.items) {
-        if (bar > item) break;  // the items are in the order, the bar among them
-        visit(item.col);
-      }
+        for (const SelectItem& item : scratch.items) {
+          if (bar > item) break;  // the items are in the order, the bar among them
+          if (in_min_p(r.Scaled(x[item.col]))) visit(item.col);
+        }
+      });
+      return best.has_value() ? *best : Draw(x, r, top_col);
+    }
+    if (!f.HasTopP() && ListMinP(x, cols, r, in_min_p, scratch)) {
+      const std::optional<Pair> best = DrawListed(x, r, [&](const auto& visit) {
+        for (const int64_t c : scratch.above) visit(c);
+      });
       return best.has_value() ? *best : Draw(x, r, top_col);
     }
     // Otherwise the draw is the unfiltered scan over the row with its dropped tokens set to
@@ -354,6 +351,49 @@ struct FilteredSamplerCpu {
     // The top token is kept by any filter in range (its E is 1, the mass before it 0); with
     // min_p > 1 or p <= 0 (traced values are not checked) nothing would be: the top token.
     return best.has_value() ? *best : Draw(x, r, top_col);
+  }
+
+  // The draw over listed columns, `each(visit)` calling visit(column) once per kept token in
+  // any order: the largest noisy key, the lowest column on ties, as the top-k path draws its
+  // candidates (and as the scan of DrawKept draws: the same keys). The noise's bound first: a
+  // token whose bound is below the best key cannot win or tie. Empty where none is visited.
+  template <class Each>
+  static std::optional<Pair> DrawListed(const Bits* x, const Row& r, Each&& each) {
+    std::optional<Pair> best;
+    each([&](int64_t c) {
+      Key key;
+      if (!best.has_value()) {
+        best = Draw(x, r, c);
+      } else if (NoisyKeyReaches<F>(r, r.Scaled(x[c]), c, best->key, key) &&
+                 (key > best->key || (key == best->key && c < best->index))) {
+        best = Pair{key, static_cast<int32_t>(c)};
+      }
+    });
+    return best;
+  }
+
+  // min-p alone: the columns it keeps into scratch.above, where they are at most an eighth of
+  // the row (true; false: more, or a probe of the row's first sixteenth estimated more than
+  // half of that, and the list is not made). Branch-free, as TopPBar's listing (NOTES try 97).
+  template <class Kept>
+  static bool ListMinP(const Bits* x, int64_t cols, const Row& r, const Kept& kept,
+                       SampleScratch& scratch) {
+    const int64_t list_max = cols / 8;
+    const int64_t probe = std::max<int64_t>(cols / 16, 1);
+    int64_t probe_kept = 0;
+    for (int64_t c = 0; c < probe; ++c) probe_kept += kept(r.Scaled(x[c]));
+    if (probe_kept * cols > list_max / 2 * probe) return false;
+    auto& list = scratch.above;
+    list.resize(static_cast<size_t>(list_max) + 1);  // the last slot: stores past the list
+    int64_t listed = 0, count = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t in = kept(r.Scaled(x[c]));
+      list[static_cast<size_t>(listed)] = c;
+      count += in;
+      listed = std::min(listed + in, list_max);
+    }
+    list.resize(static_cast<size_t>(listed));
+    return count <= list_max;
   }
 
   // The draw over the tokens `kept(column, z)` keeps (called once per column, in column

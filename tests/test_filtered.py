@@ -100,21 +100,21 @@ def test_filters_that_keep_everything_give_the_unfiltered_sample():
 
 
 @pytest.mark.parametrize("scale", [0.3, 3.0, 8.0])
-def test_top_p_draws_what_top_k_of_its_kept_set_draws(scale):
-  """Top-p keeps a prefix of the sampler's order (the reference's kept set: its n first
-  tokens), so it samples what top_k = n samples, bit for bit: both are the largest noisy key
-  over the same tokens. Peaked rows (scale 3, 8: few kept) take the CPU handler's draw over the
-  listed kept tokens, flat ones (0.3: most kept) its pass over the row; min-p on top alike."""
+def test_top_p_and_min_p_draw_what_top_k_of_their_kept_set_draws(scale):
+  """Top-p and min-p keep a prefix of the sampler's order (the reference's kept set: its n
+  first tokens), so they sample what top_k = n samples, bit for bit: both are the largest
+  noisy key over the same tokens. Peaked rows (scale 3, 8: few kept) take the CPU handler's
+  draw over the listed kept tokens, flat ones (0.3: most kept) its pass over the row."""
   rng = np.random.default_rng(int(scale * 10))
   x = (rng.standard_normal((12, 20000)) * scale).astype(np.float32)
   x[1] = np.round(x[1])                # ties at the crossing
   x[2, 5000:] = -np.inf                # a tail of -inf
   keys = jax.random.split(jax.random.key(11), x.shape[0])
-  for kw in (dict(top_p=0.9), dict(top_p=0.5, min_p=0.01)):
-    n = np.array([reference.filtered_kept(row, 0.8, p=kw["top_p"]).sum() for row in x])
+  for kw in (dict(top_p=0.9), dict(top_p=0.5, min_p=0.01), dict(min_p=0.05), dict(min_p=1e-4)):
+    n = np.array([reference.filtered_kept(row, 0.8, p=kw.get("top_p"),
+                                          min_p=kw.get("min_p")).sum() for row in x])
     got = np.asarray(jax_argreduce.categorical(keys, x, temperature=0.8, **kw))
-    rest = {k: v for k, v in kw.items() if k != "top_p"}
-    want = np.asarray(jax_argreduce.categorical(keys, x, temperature=0.8, top_k=n, **rest))
+    want = np.asarray(jax_argreduce.categorical(keys, x, temperature=0.8, top_k=n))
     np.testing.assert_array_equal(got, want, err_msg=str(kw))
 
 
