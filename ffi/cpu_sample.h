@@ -372,28 +372,45 @@ struct FilteredSamplerCpu {
     return best;
   }
 
-  // min-p alone: the columns it keeps into scratch.above, where they are at most an eighth of
-  // the row (true; false: more, or a probe of the row's first sixteenth estimated more than
-  // half of that, and the list is not made). Branch-free, as TopPBar's listing (NOTES try 97).
+  // Columns listed branch-free (a store per token, the count advanced by the test: where the
+  // test is a coin flip, a branch on it costs more than the list saves; NOTES try 96), up to
+  // `max`; Finish: whether every column added as `in` is listed.
+  struct KeptList {
+    std::vector<int64_t>& list;
+    int64_t max, listed = 0, count = 0;
+    KeptList(std::vector<int64_t>& l, int64_t m) : list(l), max(m) {
+      list.resize(static_cast<size_t>(m) + 1);  // the last slot: stores past the list
+    }
+    void Add(int64_t c, bool in) {
+      list[static_cast<size_t>(listed)] = c;
+      count += in;
+      listed = std::min<int64_t>(listed + in, max);
+    }
+    bool Finish() {
+      list.resize(static_cast<size_t>(listed));
+      return count <= max;
+    }
+  };
+
+  // Whether `in(z)` likely holds for at most an eighth of the row, the cap of a KeptList: the
+  // row's first sixteenth estimates at most half of that.
+  template <class In>
+  static bool FewLikely(const Bits* x, int64_t cols, const Row& r, const In& in) {
+    const int64_t probe = std::max<int64_t>(cols / 16, 1);
+    int64_t n = 0;
+    for (int64_t c = 0; c < probe; ++c) n += in(r.Scaled(x[c]));
+    return n * cols <= cols / 8 / 2 * probe;
+  }
+
+  // min-p alone: the columns it keeps into scratch.above, where few (true; false: the list is
+  // not made or not complete).
   template <class Kept>
   static bool ListMinP(const Bits* x, int64_t cols, const Row& r, const Kept& kept,
                        SampleScratch& scratch) {
-    const int64_t list_max = cols / 8;
-    const int64_t probe = std::max<int64_t>(cols / 16, 1);
-    int64_t probe_kept = 0;
-    for (int64_t c = 0; c < probe; ++c) probe_kept += kept(r.Scaled(x[c]));
-    if (probe_kept * cols > list_max / 2 * probe) return false;
-    auto& list = scratch.above;
-    list.resize(static_cast<size_t>(list_max) + 1);  // the last slot: stores past the list
-    int64_t listed = 0, count = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t in = kept(r.Scaled(x[c]));
-      list[static_cast<size_t>(listed)] = c;
-      count += in;
-      listed = std::min(listed + in, list_max);
-    }
-    list.resize(static_cast<size_t>(listed));
-    return count <= list_max;
+    if (!FewLikely(x, cols, r, kept)) return false;
+    KeptList list(scratch.above, cols / 8);
+    for (int64_t c = 0; c < cols; ++c) list.Add(c, kept(r.Scaled(x[c])));
+    return list.Finish();
   }
 
   // The draw over the tokens `kept(column, z)` keeps (called once per column, in column
@@ -482,35 +499,22 @@ struct FilteredSamplerCpu {
                                     total, before);
     // The same pass lists the columns above the bucket (every one of them kept) while they are
     // few: past an eighth of the row, the draw's pass over the row costs less than their noise.
-    // The listing is branch-free (a store per token, the count advanced by the test), and runs
-    // only where the row's first sixteenth has few such tokens: on a flat row the test is a
-    // coin flip, and a branch on it or the stores cost more than the list saves (NOTES try 96).
+    // The listing (KeptList) runs only where FewLikely: on a flat row its stores cost more than
+    // the list saves (NOTES try 96).
     auto& items = scratch.items;
-    auto& above = scratch.above;
     items.clear();
-    const int64_t above_max = cols / 8;
-    const int64_t probe = std::max<int64_t>(cols / 16, 1);
-    int64_t probe_above = 0;
-    for (int64_t c = 0; c < probe; ++c) {
-      probe_above += static_cast<int64_t>(SortKey(r.Scaled(x[c])) >> kShift) > b;
-    }
-    const bool list = probe_above * cols <= above_max / 2 * probe;  // the row's estimate
-    above.resize(list ? static_cast<size_t>(above_max) + 1 : 0);  // last slot: stores past it
-    int64_t listed = 0, count = 0;
+    const auto is_above = [&](Noise z) { return static_cast<int64_t>(SortKey(z) >> kShift) > b; };
+    const bool list = FewLikely(x, cols, r, is_above);
+    KeptList above(scratch.above, list ? cols / 8 : 0);
     for (int64_t c = 0; c < cols; ++c) {
       const Noise z = r.Scaled(x[c]);
       const uint64_t key = SortKey(z);
-      const int64_t bucket = static_cast<int64_t>(key >> kShift);
-      if (bucket == b && FixedMass(z, z_max) > 0) items.push_back(SelectItem{key, c});
-      if (list) {  // the same way for every token of the row: predicted
-        const int64_t is_above = bucket > b;
-        above[static_cast<size_t>(listed)] = c;
-        count += is_above;
-        listed = std::min(listed + is_above, above_max);
+      if (static_cast<int64_t>(key >> kShift) == b && FixedMass(z, z_max) > 0) {
+        items.push_back(SelectItem{key, c});
       }
+      if (list) above.Add(c, is_above(z));  // the same way for every token of the row: predicted
     }
-    scratch.above_listed = list && count <= above_max;
-    above.resize(static_cast<size_t>(listed));
+    scratch.above_listed = above.Finish() && list;
     std::sort(items.begin(), items.end(),
               [](const SelectItem& a, const SelectItem& o) { return a > o; });
     // The bucket's first token is kept (its mass before is `before`, below p of the total).
