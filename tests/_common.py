@@ -101,25 +101,66 @@ def x64_for(dtype):
   return jax.enable_x64(np.dtype(reference.np_dtype(dtype)) == np.float64)
 
 
-def cuda_check_exe(tmp_path, name: str, sources, prebuilt_env: str | None = None):
-  """(exe, compute-sanitizer path) of tests/cuda/<name>.cu linked with the ffi/ ``sources``,
-  built here with nvcc for this GPU (``-arch=native``), or the binary named by the environment
-  variable ``prebuilt_env`` (built ahead for this GPU); skips without nvcc or the sanitizer."""
+# A checker's runs (tests/cuda/*_check.cu), each its own test so that pytest-xdist spreads them
+# over workers: every case plain, then compute-sanitizer's memcheck and racecheck on the quick
+# cases (each run alone takes minutes under a sanitizer).
+CHECK_RUNS = ("plain", "memcheck", "racecheck")
+
+_BUILT: dict = {}  # (name, arch) -> the binary this process built (once per xdist worker)
+
+
+def cuda_check_exe(name: str, sources, prebuilt_env: str | None = None, *, cu=None,
+                   flags=(), arch="native"):
+  """(exe, compute-sanitizer path or None) of tests/cuda/<name>.cu (or of the source text
+  ``cu``) linked with the ffi/ ``sources``, built once per test process with nvcc for this GPU
+  (``-arch=native``), or the binary named by the environment variable ``prebuilt_env`` (built
+  ahead for this GPU); skips without nvcc."""
   import os
   import shutil
   import subprocess
+  import tempfile
   nvcc, sanitizer = shutil.which("nvcc"), shutil.which("compute-sanitizer")
-  if not nvcc or not sanitizer:
-    pytest.skip("nvcc or compute-sanitizer not found")
   if prebuilt_env and os.environ.get(prebuilt_env):
     return os.environ[prebuilt_env], sanitizer
-  here = os.path.dirname(__file__)
-  ffi = os.path.join(here, "..", "ffi")
-  exe = str(tmp_path / name)
-  subprocess.run([nvcc, "-std=c++17", "-arch=native", "-O2", "-I", ffi,
-                  os.path.join(here, "cuda", name + ".cu"),
-                  *(os.path.join(ffi, s) for s in sources), "-o", exe], check=True)
-  return exe, sanitizer
+  if not nvcc:
+    pytest.skip("nvcc not found")
+  if (name, arch) not in _BUILT:
+    here = os.path.dirname(__file__)
+    ffi = os.path.join(here, "..", "ffi")
+    folder = pathlib.Path(tempfile.mkdtemp(prefix=name + "_"))
+    src = os.path.join(here, "cuda", name + ".cu")
+    if cu is not None:
+      src = str(folder / (name + ".cu"))
+      pathlib.Path(src).write_text(cu)
+    exe = str(folder / name)
+    subprocess.run([nvcc, "-std=c++17", f"-arch={arch}", "-O2", *flags, "-I", ffi,
+                    "-I", os.path.join(here, "cuda"), src,
+                    *(os.path.join(ffi, s) for s in sources), "-o", exe], check=True)
+    _BUILT[name, arch] = exe
+  return _BUILT[name, arch], sanitizer
+
+
+def run_cuda_check(exe: str, sanitizer: str | None, run: str, *options: str,
+                   timeout: float | None = None) -> str:
+  """Runs a checker built by ``cuda_check_exe``: ``run`` "plain" runs every case,
+  "memcheck" / "racecheck" the quick cases under that compute-sanitizer tool (skips without
+  compute-sanitizer). Fails unless it exits 0; returns its summary lines (also printed)."""
+  import os
+  import subprocess
+  if run == "plain":
+    cmd = [exe, *options]
+  else:
+    if not sanitizer:
+      pytest.skip("compute-sanitizer not found")
+    cmd = [sanitizer, "--tool", run, "--error-exitcode", "5", exe, "--quick", *options]
+  r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+  name = os.path.basename(exe) + ":"
+  summary = [line for line in r.stdout.splitlines() if "SUMMARY" in line or
+             line.startswith(name)]
+  print(run, *options, summary)
+  assert r.returncode == 0, r.stdout[-3000:]
+  assert summary, r.stdout[-3000:]
+  return "\n".join(summary)
 
 
 @pytest.fixture

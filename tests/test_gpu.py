@@ -10,7 +10,8 @@ bit for bit), widths straddling warp/block/vector/scan-step boundaries (the plan
 INT32_MAX-wide row / >2^31-element array. Tests of the kernels force ``method="kernel"``
 (``"auto"`` routes small float32 inputs to the exact XLA path: ``_dispatch.handler_wins``);
 ``test_auto_routing_follows_dispatch`` checks that "auto" lowers as ``_dispatch`` says. The standalone launcher check
-(tests/cuda/kernel_check.cu) runs under compute-sanitizer memcheck and racecheck.
+(tests/cuda/kernel_check.cu) runs plain and under compute-sanitizer memcheck and racecheck (a
+binary built ahead can be named by JAX_ARGREDUCE_KERNEL_CHECK).
 Skipped without a GPU (conftest).
 
 Plan options are process-wide and read by the handler when it runs. A program XLA captured in
@@ -20,7 +21,6 @@ other options.
 """
 
 import os
-import subprocess
 import warnings
 
 import jax
@@ -30,8 +30,8 @@ import pytest
 
 import jax_argreduce
 import reference
-from _common import (BLOCK_OPTION_SETS, OPTION_SETS, TEAM_OPTION_SETS,  # noqa: F401
-                     cuda_check_exe, needs_cuda_build, plan_options, x64_for)
+from _common import (BLOCK_OPTION_SETS, CHECK_RUNS, OPTION_SETS, TEAM_OPTION_SETS,  # noqa: F401
+                     cuda_check_exe, needs_cuda_build, plan_options, run_cuda_check, x64_for)
 from jax_argreduce import _api, _dispatch, _ffi
 from reference import OPS, fill_rows, random_rows
 
@@ -520,31 +520,22 @@ def test_more_than_2_31_elements(rng):
   del x
 
 
-def _kernel_check_exe(tmp_path):
-  return cuda_check_exe(tmp_path, "kernel_check", ["argreduce_kernels.cu", "launch_plan.cc"])
-
-
 # Option sets for the sanitizers: PDL on and off, the split path's merge in its last block, in
-# a second kernel and "auto" (every path under each, CUDA-graph capture included).
-SANITIZER_OPTIONS = [["--pdl=1", "--merge=1"], ["--pdl=0", "--merge=1"],
-                     ["--pdl=1", "--merge=0"], ["--pdl=1", "--merge=2"]]
+# a second kernel and "auto" (every path under each, CUDA-graph capture included). The plain
+# run takes every option set itself.
+SANITIZER_OPTIONS = [("--pdl=1", "--merge=1"), ("--pdl=0", "--merge=1"),
+                     ("--pdl=1", "--merge=0"), ("--pdl=1", "--merge=2")]
 
 
-def test_kernel_check_under_compute_sanitizer(tmp_path):
-  """tests/cuda/kernel_check.cu: every path under every option set, then memcheck
+@pytest.mark.parametrize("run,options", [pytest.param("plain", (), id="plain")] + [
+    pytest.param(tool, options, id=tool + "".join(options))
+    for options in SANITIZER_OPTIONS for tool in CHECK_RUNS[1:]])
+def test_kernel_check_under_compute_sanitizer(run, options):
+  """tests/cuda/kernel_check.cu: every path under every option set, memcheck
   (out-of-bounds/misaligned global and shared accesses) and racecheck (shared memory hazards)
   clean on one case per path. The split path's global-memory ordering (partials, then the
   last block's acq_rel counter, or the merge kernel after griddepcontrol.wait) is covered by
   the result checks, not by racecheck."""
-  exe, sanitizer = _kernel_check_exe(tmp_path)
-  plain = subprocess.run([exe], capture_output=True, text=True)
-  assert plain.returncode == 0, plain.stdout[-3000:]
-  print(plain.stdout.splitlines()[-1])
-  for options in SANITIZER_OPTIONS:
-    for tool in ("memcheck", "racecheck"):
-      r = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "5", exe, "--quick",
-                          *options], capture_output=True, text=True)
-      summary = [line for line in r.stdout.splitlines() if "SUMMARY" in line or
-                 line.startswith("kernel_check:")]
-      print(tool, options, summary)
-      assert r.returncode == 0, r.stdout[-3000:]
+  exe, sanitizer = cuda_check_exe("kernel_check", ["argreduce_kernels.cu", "launch_plan.cc"],
+                                  prebuilt_env="JAX_ARGREDUCE_KERNEL_CHECK")
+  run_cuda_check(exe, sanitizer, run, *options)

@@ -16,7 +16,8 @@
 * tests/cuda/gumbel_check.cu (the noise bit for bit device vs host) built with nvcc and run;
   a standalone launcher check of the sampler (written here, built with nvcc: every path and
   format against the host evaluation of the same header, outputs poisoned, offsets, unaligned
-  rows) run plain and under compute-sanitizer memcheck.
+  rows) run plain and under compute-sanitizer memcheck and racecheck (one test each; a binary
+  built ahead can be named by JAX_ARGREDUCE_CATEGORICAL_CHECK).
 
 Plan options (``_ffi.debug_set_plan_options``) are process-wide and read when the handler runs;
 an executable captured in a command buffer replays without calling the handler, so every option
@@ -38,8 +39,8 @@ import pytest
 
 import jax_argreduce
 import reference
-from _common import (OPTION_SETS, TEAM_OPTION_SETS, needs_cuda_build,  # noqa: F401
-                     plan_options, x64_for)
+from _common import (CHECK_RUNS, OPTION_SETS, TEAM_OPTION_SETS, cuda_check_exe,  # noqa: F401
+                     needs_cuda_build, plan_options, run_cuda_check, x64_for)
 from stats import P_MIN, check_tail_mass, chi_square_gof, report, softmax_probs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
@@ -668,31 +669,11 @@ int main(int argc, char** argv) {
 """
 
 
-def _categorical_check_exe(tmp_path, arch="native"):
-  src = tmp_path / "categorical_check.cu"
-  src.write_text(CATEGORICAL_CHECK_CU)
-  exe = str(tmp_path / "categorical_check")
-  subprocess.run([_nvcc(), "-std=c++17", f"-arch={arch}", "-O2", "-Xcompiler", "-mfma",
-                  "-I", FFI, "-I", os.path.join(HERE, "cuda"), str(src),
-                  os.path.join(FFI, "categorical_kernels.cu"),
-                  os.path.join(FFI, "launch_plan.cc"), "-o", exe], check=True)
-  return exe
-
-
-def test_categorical_launcher_check_and_memcheck(tmp_path):
+@pytest.mark.parametrize("run", CHECK_RUNS)
+def test_categorical_launcher_check_and_memcheck(run):
   """The launcher on every path and format == the host evaluation of categorical.h (indices
-  and noisy maxima bit for bit), then the quick set under compute-sanitizer memcheck."""
-  exe = _categorical_check_exe(tmp_path)
-  r = subprocess.run([exe], capture_output=True, text=True, timeout=900)
-  print(r.stdout[-3000:])
-  assert r.returncode == 0 and "categorical_check:" in r.stdout, r.stdout[-3000:]
-  sanitizer = shutil.which("compute-sanitizer")
-  if not sanitizer:
-    pytest.skip("compute-sanitizer not found (the plain check passed)")
-  for tool in ("memcheck", "racecheck"):
-    r = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "5", exe, "--quick"],
-                       capture_output=True, text=True, timeout=1800)
-    summary = [line for line in r.stdout.splitlines()
-               if "SUMMARY" in line or line.startswith("categorical_check:")]
-    print(tool, summary)
-    assert r.returncode == 0, r.stdout[-3000:]
+  and noisy maxima bit for bit); memcheck and racecheck clean on the quick set."""
+  exe, sanitizer = cuda_check_exe("categorical_check", ["categorical_kernels.cu", "launch_plan.cc"],
+                                  prebuilt_env="JAX_ARGREDUCE_CATEGORICAL_CHECK",
+                                  cu=CATEGORICAL_CHECK_CU, flags=("-Xcompiler", "-mfma"))
+  run_cuda_check(exe, sanitizer, run, timeout=900 if run == "plain" else 1800)

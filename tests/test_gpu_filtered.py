@@ -14,7 +14,6 @@ the reference (tests/test_filtered.py checks them against numpy).
 
 from __future__ import annotations
 
-import subprocess
 
 import jax
 import numpy as np
@@ -22,8 +21,8 @@ import pytest
 
 import jax_argreduce
 import reference
-from _common import (cuda_check_exe, needs_cuda_build, staged_candidates_sample,  # noqa: F401
-                     staged_prefix_sample, x64_for)
+from _common import (CHECK_RUNS, cuda_check_exe, needs_cuda_build, run_cuda_check,  # noqa: F401
+                     staged_candidates_sample, staged_prefix_sample, x64_for)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
 
@@ -178,20 +177,11 @@ def test_gpu_prefix_stages_equal_cpu(rows, cols, shards, top_p, dtype):
     assert_same(got, want, f"{rows}x{cols} {dtype} {shards} shards, top_p {top_p}")
 
 
-def test_sample_check_under_compute_sanitizer(tmp_path):
+@pytest.mark.parametrize("run", CHECK_RUNS)
+def test_sample_check_under_compute_sanitizer(run):
   """tests/cuda/sample_check.cu: every format and shape, random and adversarial rows, shared
-  and per-row parameters, against SampleRow bit for bit; then memcheck and racecheck clean on
-  the quick cases."""
-  exe, sanitizer = cuda_check_exe(tmp_path, "sample_check",
-                                  ["sample_kernels.cu", "launch_plan.cc"],
+  and per-row parameters, against SampleRow bit for bit; memcheck and racecheck clean on the
+  quick cases."""
+  exe, sanitizer = cuda_check_exe("sample_check", ["sample_kernels.cu", "launch_plan.cc"],
                                   prebuilt_env="JAX_ARGREDUCE_SAMPLE_CHECK")
-  plain = subprocess.run([exe], capture_output=True, text=True)
-  assert plain.returncode == 0, plain.stdout[-3000:]
-  print(plain.stdout.splitlines()[-1])
-  for tool in ("memcheck", "racecheck"):
-    r = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "5", exe, "--quick"],
-                       capture_output=True, text=True)
-    summary = [line for line in r.stdout.splitlines() if "SUMMARY" in line or
-               line.startswith("sample_check:")]
-    print(tool, summary)
-    assert r.returncode == 0, r.stdout[-3000:]
+  run_cuda_check(exe, sanitizer, run)

@@ -10,7 +10,6 @@ and under compute-sanitizer memcheck and racecheck. Skipped without a GPU (conft
 from __future__ import annotations
 
 import os
-import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +18,8 @@ import pytest
 
 import jax_argreduce as ar
 import reference
-from _common import cuda_check_exe, needs_cuda_build, plan_options  # noqa: F401
+from _common import (CHECK_RUNS, cuda_check_exe, needs_cuda_build, plan_options,  # noqa: F401
+                     run_cuda_check)
 from jax_argreduce import _ffi
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("needs_cuda_build")]
@@ -122,25 +122,14 @@ def test_grad_on_gpu(rng):
   np.testing.assert_array_equal(np.asarray(g), want)
 
 
-def _select_check_exe(tmp_path):
-  # JAX_ARGREDUCE_SELECT_CHECK: a binary built ahead for this GPU (saves the nvcc build here).
-  return cuda_check_exe(tmp_path, "select_check",
-                        ["top_k_kernels.cu", "sample_topk_kernels.cu", "launch_plan.cc"],
-                        prebuilt_env="JAX_ARGREDUCE_SELECT_CHECK")
-
-
-def test_select_check_under_compute_sanitizer(tmp_path):
+@pytest.mark.parametrize("run,options", [pytest.param("plain", (), id="plain")] + [
+    pytest.param(tool, (pdl,), id=tool + pdl)
+    for pdl in ("--pdl=1", "--pdl=0") for tool in CHECK_RUNS[1:]])
+def test_select_check_under_compute_sanitizer(run, options):
   """tests/cuda/select_check.cu: every plan shape and format, PDL on and off, from the host
-  and replayed from a CUDA graph; then memcheck and racecheck clean on the quick cases."""
-  exe, sanitizer = _select_check_exe(tmp_path)
-  plain = subprocess.run([exe], capture_output=True, text=True)
-  assert plain.returncode == 0, plain.stdout[-3000:]
-  print(plain.stdout.splitlines()[-1])
-  for pdl in ("--pdl=1", "--pdl=0"):
-    for tool in ("memcheck", "racecheck"):
-      r = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "5", exe, "--quick",
-                          pdl], capture_output=True, text=True)
-      summary = [line for line in r.stdout.splitlines() if "SUMMARY" in line or
-                 line.startswith("select_check:")]
-      print(tool, pdl, summary)
-      assert r.returncode == 0, r.stdout[-3000:]
+  and replayed from a CUDA graph; memcheck and racecheck clean on the quick cases."""
+  # JAX_ARGREDUCE_SELECT_CHECK: a binary built ahead for this GPU (saves the nvcc build here).
+  exe, sanitizer = cuda_check_exe(
+      "select_check", ["top_k_kernels.cu", "sample_topk_kernels.cu", "launch_plan.cc"],
+      prebuilt_env="JAX_ARGREDUCE_SELECT_CHECK")
+  run_cuda_check(exe, sanitizer, run, *options)
