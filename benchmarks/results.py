@@ -89,6 +89,12 @@ SECTIONS = (
             "backend.",
             ("argmax", "argmin", "max_with_index", "categorical"), modes=("isolated",),
             platform="cpu", log_words=("cpu",)),
+    Section("cpu_filtered", "CPU: filtered categorical",
+            "The CPU handler's filtered sampler against the JAX sampler of "
+            "examples/jax_samplers.py on XLA's CPU backend, as in the GPU section above; "
+            "`ours:categorical` is our unfiltered sampler on the same logits.",
+            ("categorical@k50p0.9", "categorical@p0.9", "categorical@minp0.05"),
+            modes=("isolated",), platform="cpu", log_words=("cpu",)),
 )
 
 TABLE_TITLES = {
