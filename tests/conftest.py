@@ -49,7 +49,10 @@ def x64_mode(request):
 
 
 def pytest_collection_modifyitems(config, items):
-  """Skips every test marked ``gpu`` (marker declared in pyproject.toml) without a GPU backend."""
+  """Puts the tests marked ``long`` first (pytest-xdist hands tests out in this order, so the
+  checkers under compute-sanitizer, minutes each, start at once instead of after the rest) and
+  skips every test marked ``gpu`` (markers declared in pyproject.toml) without a GPU backend."""
+  items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable
   gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
   if not gpu_items:
     return

@@ -527,6 +527,7 @@ SANITIZER_OPTIONS = [("--pdl=1", "--merge=1"), ("--pdl=0", "--merge=1"),
                      ("--pdl=1", "--merge=0"), ("--pdl=1", "--merge=2")]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("run,options", [pytest.param("plain", (), id="plain")] + [
     pytest.param(tool, options, id=tool + "".join(options))
     for options in SANITIZER_OPTIONS for tool in CHECK_RUNS[1:]])

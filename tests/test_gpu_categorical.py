@@ -669,6 +669,7 @@ int main(int argc, char** argv) {
 """
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("run", CHECK_RUNS)
 def test_categorical_launcher_check_and_memcheck(run):
   """The launcher on every path and format == the host evaluation of categorical.h (indices

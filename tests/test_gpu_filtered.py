@@ -177,6 +177,7 @@ def test_gpu_prefix_stages_equal_cpu(rows, cols, shards, top_p, dtype):
     assert_same(got, want, f"{rows}x{cols} {dtype} {shards} shards, top_p {top_p}")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("run", CHECK_RUNS)
 def test_sample_check_under_compute_sanitizer(run):
   """tests/cuda/sample_check.cu: every format and shape, random and adversarial rows, shared

@@ -122,6 +122,7 @@ def test_grad_on_gpu(rng):
   np.testing.assert_array_equal(np.asarray(g), want)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("run,options", [pytest.param("plain", (), id="plain")] + [
     pytest.param(tool, (pdl,), id=tool + pdl)
     for pdl in ("--pdl=1", "--pdl=0") for tool in CHECK_RUNS[1:]])
