@@ -115,6 +115,7 @@ def cuda_check_exe(name: str, sources, prebuilt_env: str | None = None, *, cu=No
   ``cu``) linked with the ffi/ ``sources``, built once per test process with nvcc for this GPU
   (``-arch=native``), or the binary named by the environment variable ``prebuilt_env`` (built
   ahead for this GPU); skips without nvcc."""
+  import atexit
   import os
   import shutil
   import subprocess
@@ -128,6 +129,7 @@ def cuda_check_exe(name: str, sources, prebuilt_env: str | None = None, *, cu=No
     here = os.path.dirname(__file__)
     ffi = os.path.join(here, "..", "ffi")
     folder = pathlib.Path(tempfile.mkdtemp(prefix=name + "_"))
+    atexit.register(shutil.rmtree, folder, True)
     src = os.path.join(here, "cuda", name + ".cu")
     if cu is not None:
       src = str(folder / (name + ".cu"))

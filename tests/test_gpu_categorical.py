@@ -671,7 +671,7 @@ int main(int argc, char** argv) {
 
 @pytest.mark.long
 @pytest.mark.parametrize("run", CHECK_RUNS)
-def test_categorical_launcher_check_and_memcheck(run):
+def test_categorical_launcher_check_under_compute_sanitizer(run):
   """The launcher on every path and format == the host evaluation of categorical.h (indices
   and noisy maxima bit for bit); memcheck and racecheck clean on the quick set."""
   exe, sanitizer = cuda_check_exe("categorical_check", ["categorical_kernels.cu", "launch_plan.cc"],

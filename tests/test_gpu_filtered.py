@@ -14,7 +14,6 @@ the reference (tests/test_filtered.py checks them against numpy).
 
 from __future__ import annotations
 
-
 import jax
 import numpy as np
 import pytest
