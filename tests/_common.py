@@ -106,11 +106,11 @@ def x64_for(dtype):
 # cases (each run alone takes minutes under a sanitizer).
 CHECK_RUNS = ("plain", "memcheck", "racecheck")
 
-_BUILT: dict = {}  # (name, arch) -> the binary this process built (once per xdist worker)
+_BUILT: dict = {}  # name -> the binary this process built (once per xdist worker)
 
 
 def cuda_check_exe(name: str, sources, prebuilt_env: str | None = None, *, cu=None,
-                   flags=(), arch="native"):
+                   flags=()):
   """(exe, compute-sanitizer path or None) of tests/cuda/<name>.cu (or of the source text
   ``cu``) linked with the ffi/ ``sources``, built once per test process with nvcc for this GPU
   (``-arch=native``), or the binary named by the environment variable ``prebuilt_env`` (built
@@ -125,7 +125,7 @@ def cuda_check_exe(name: str, sources, prebuilt_env: str | None = None, *, cu=No
     return os.environ[prebuilt_env], sanitizer
   if not nvcc:
     pytest.skip("nvcc not found")
-  if (name, arch) not in _BUILT:
+  if name not in _BUILT:
     here = os.path.dirname(__file__)
     ffi = os.path.join(here, "..", "ffi")
     folder = pathlib.Path(tempfile.mkdtemp(prefix=name + "_"))
@@ -135,11 +135,11 @@ def cuda_check_exe(name: str, sources, prebuilt_env: str | None = None, *, cu=No
       src = str(folder / (name + ".cu"))
       pathlib.Path(src).write_text(cu)
     exe = str(folder / name)
-    subprocess.run([nvcc, "-std=c++17", f"-arch={arch}", "-O2", *flags, "-I", ffi,
+    subprocess.run([nvcc, "-std=c++17", "-arch=native", "-O2", *flags, "-I", ffi,
                     "-I", os.path.join(here, "cuda"), src,
                     *(os.path.join(ffi, s) for s in sources), "-o", exe], check=True)
-    _BUILT[name, arch] = exe
-  return _BUILT[name, arch], sanitizer
+    _BUILT[name] = exe
+  return _BUILT[name], sanitizer
 
 
 def run_cuda_check(exe: str, sanitizer: str | None, run: str, *options: str,
@@ -147,7 +147,7 @@ def run_cuda_check(exe: str, sanitizer: str | None, run: str, *options: str,
   """Runs a checker built by ``cuda_check_exe``: ``run`` "plain" runs every case,
   "memcheck" / "racecheck" the quick cases under that compute-sanitizer tool (skips without
   compute-sanitizer). Fails unless it exits 0; returns its summary lines (also printed)."""
-  import os
+  import re
   import subprocess
   if run == "plain":
     cmd = [exe, *options]
@@ -156,9 +156,10 @@ def run_cuda_check(exe: str, sanitizer: str | None, run: str, *options: str,
       pytest.skip("compute-sanitizer not found")
     cmd = [sanitizer, "--tool", run, "--error-exitcode", "5", exe, "--quick", *options]
   r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-  name = os.path.basename(exe) + ":"
+  # The checker's last line ("<name>_check: N cases, ...", whatever the binary is called) and
+  # the sanitizer's.
   summary = [line for line in r.stdout.splitlines() if "SUMMARY" in line or
-             line.startswith(name)]
+             re.match(r"\w+_check: ", line)]
   print(run, *options, summary)
   assert r.returncode == 0, r.stdout[-3000:]
   assert summary, r.stdout[-3000:]

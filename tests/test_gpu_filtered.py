@@ -8,8 +8,9 @@ the reference (tests/test_filtered.py checks them against numpy).
   8x202048 and odd widths, shared and per-row filters and temperatures (zeros included),
   scalar and per-row keys, under jit and vmap; the GPU program calls the CUDA handler;
 * tests/cuda/sample_check.cu (the launcher against cpu_sample.h's SampleRow, bit for bit,
-  index and noisy maximum) plain and under compute-sanitizer memcheck and racecheck; a binary
-  built ahead can be named by JAX_ARGREDUCE_SAMPLE_CHECK.
+  index and noisy maximum) and tests/cuda/sample_topk_check.cu (the top-k path) plain and under
+  compute-sanitizer memcheck and racecheck; binaries built ahead can be named by
+  JAX_ARGREDUCE_SAMPLE_CHECK and JAX_ARGREDUCE_SAMPLE_TOPK_CHECK.
 """
 
 from __future__ import annotations
@@ -185,3 +186,17 @@ def test_sample_check_under_compute_sanitizer(run):
   exe, sanitizer = cuda_check_exe("sample_check", ["sample_kernels.cu", "launch_plan.cc"],
                                   prebuilt_env="JAX_ARGREDUCE_SAMPLE_CHECK")
   run_cuda_check(exe, sanitizer, run)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("run,options", [pytest.param("plain", (), id="plain")] + [
+    pytest.param(tool, (pdl,), id=tool + pdl)
+    for pdl in ("--pdl=1", "--pdl=0") for tool in CHECK_RUNS[1:]])
+def test_sample_topk_check_under_compute_sanitizer(run, options):
+  """tests/cuda/sample_topk_check.cu: the top-k path (select, then the filters and the draw on
+  the candidates) against SampleRow bit for bit, and a split vocabulary's candidates against
+  the unsharded row; memcheck and racecheck clean on the quick cases."""
+  exe, sanitizer = cuda_check_exe(
+      "sample_topk_check", ["sample_topk_kernels.cu", "top_k_kernels.cu", "launch_plan.cc"],
+      prebuilt_env="JAX_ARGREDUCE_SAMPLE_TOPK_CHECK")
+  run_cuda_check(exe, sanitizer, run, *options)
