@@ -351,8 +351,7 @@ struct FilteredSamplerCpu {
       // (NOTES try 98; top-p alone measured no faster so).
       best = DrawKept(x, cols, r, scratch, [&](int64_t c, Noise z) {
         const uint64_t key = SortKey(z);
-        return ((key > bar.key) | ((key == bar.key) & (c <= bar.col))) &
-               (MassExponent(z, z_max) >= d_floor);
+        return ((key > bar.key) | ((key == bar.key) & (c <= bar.col))) & in_min_p(z);
       });
     } else {
       best = DrawKept(x, cols, r, scratch,
